@@ -1,0 +1,98 @@
+// CPU model of the GPU selection algorithm (docs/design.md, "Selection").
+//
+// This is the algorithm the standalone GPU top-k and the fused kernel
+// implement, written plainly so it can be property-tested against the exact
+// reference. One row at a time:
+//
+//  1. Threshold. Take `sample_size` scores at evenly strided positions of the
+//     row, and pick as threshold tau the sample of rank
+//        j = ceil(S*K/len + guard * sqrt(S*K/len)) + 1   (1 = largest)
+//     so that about j*len/S >= K scores of the row are >= tau. If j > S,
+//     tau = the smallest key (every score passes).
+//  2. Filter (one pass, compare and append only). The row is cut into
+//     segments of `segment_len` consecutive keys (a CTA's or warp's share of
+//     the row on the GPU). Each segment appends the (key, index) of every score
+//     with key >= tau to its own buffer of `segment_capacity` entries; a full
+//     segment buffer spills into the row's shared spill area of
+//     `spill_capacity` entries; when that is full too the candidate is dropped
+//     and the segment is flagged. Every passing score is counted.
+//  3. Certificate. If count >= K and nothing was dropped, the candidates hold
+//     every score >= tau, there are at least K of them, so the K-th largest
+//     score of the row is >= tau and the exact top-K is among the candidates.
+//  4. Radix select on the candidates: 4 passes of 8-bit digits on the uint32
+//     keys, most significant first, find the K-th largest key `kth` and how
+//     many candidates equal to it must be taken.
+//  5. Emission: every candidate with key > kth, plus the needed number of
+//     key == kth. Default ties: any (the model takes the first in candidate
+//     order). Deterministic ties: the smallest indices, found by the same radix
+//     select on ~index among the tied candidates.
+//
+// Failure classes and their exact repairs, applied in this order:
+//  * total overflow (count > total capacity: segments' buffers + spill): tau
+//    was far too low. Repair: radix select over the whole row restricted to
+//    keys >= tau (count >= K proves the answer lies there).
+//  * segment overflow (some candidates dropped, count <= total capacity):
+//    repair: re-filter only the flagged segments with the same tau into a
+//    repair buffer, which makes the candidate set complete again.
+//  * underflow (count < K): tau was too high. Every candidate is selected and
+//    the remaining K - count come from a radix select over the whole row
+//    restricted to keys < tau.
+// Rows with len <= K are emitted directly and never enter the pipeline.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::selection {
+
+struct ModelConfig {
+  int k = 2048;
+  int sample_size = 4096;          // S
+  float guard = 4.0f;              // standard deviations of the sample rank estimate
+  std::int64_t segment_len = 8192; // keys per segment
+  int segment_capacity = 2048;     // candidate entries per segment buffer
+  int spill_capacity = 4096;       // candidate entries of the row's spill area
+  TieBreak ties = TieBreak::kAny;
+  // Test hooks that force a failure class: when `force_threshold` is set the
+  // sampled estimate is replaced by `forced_threshold_key`.
+  bool force_threshold = false;
+  std::uint32_t forced_threshold_key = 0;
+};
+
+enum class RowPath : std::uint8_t {
+  kDirect,           // len <= K: all indices emitted, no selection
+  kCertified,        // certificate held: radix select on candidates
+  kUnderflow,        // count < K, repaired
+  kSegmentOverflow,  // dropped candidates, repaired by re-filtering segments
+  kTotalOverflow,    // count > total capacity, repaired by full-row select
+};
+const char* to_string(RowPath path);
+
+struct RowTrace {
+  RowPath path = RowPath::kDirect;
+  std::uint32_t threshold_key = 0;
+  std::int64_t count = 0;           // scores with key >= threshold
+  std::int64_t dropped = 0;         // candidates that found no room
+  int overflowed_segments = 0;
+  bool underflow_after_repair = false;  // segment repair completed, then count < K
+  std::uint32_t kth_key = 0;        // key of the K-th largest score
+};
+
+// Selects the top min(K, len) of `row` (scores of keys base .. base+len-1).
+// Writes min(K, len) indices (absolute: base + position) to `out_indices`
+// (in emission order, unsorted) and returns the trace of the path it took.
+RowTrace select_row(std::span<const float> row, std::int64_t base, const ModelConfig& config,
+                    std::vector<std::int32_t>* out_indices);
+
+// The exact radix select the model uses: the K-th largest key among `keys`
+// (1 <= k <= keys.size()) and how many keys equal to it belong to the top k.
+struct RadixResult {
+  std::uint32_t kth_key = 0;
+  std::int64_t take_equal = 0;  // of the keys == kth_key, how many are in the top k
+};
+RadixResult radix_select(std::span<const std::uint32_t> keys, std::int64_t k);
+
+}  // namespace dsa::selection
