@@ -1,1 +1,178 @@
-// placeholder: being written
+#include "reference/cpu_reference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "common/fp8.h"
+#include "common/keys.h"
+
+namespace dsa::reference {
+namespace {
+
+constexpr int kLanes = 16;  // the dot product's documented lane count
+
+int resolve_threads(int num_threads) {
+  if (num_threads > 0) return num_threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+struct Fp8Table {
+  float value[256];
+  Fp8Table() {
+    for (int b = 0; b < 256; ++b) value[b] = fp8_e4m3_to_float(static_cast<std::uint8_t>(b));
+  }
+};
+const Fp8Table& fp8_table() {
+  static const Fp8Table table;
+  return table;
+}
+
+// dot over D = kHeadDim in the documented lane order. The lane loops have no
+// cross-iteration dependency, so the compiler vectorises them without
+// reassociating anything.
+template <typename T>
+T lane_dot(const T* q, const T* k) {
+  T lane[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane[j] = q[j] * k[j];
+  for (int d = kLanes; d < kHeadDim; d += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] + q[d + j] * k[d + j];
+  }
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
+  }
+  return lane[0];
+}
+
+template <typename T>
+void decode_q_row(const IndexerTopkParams& p, std::int64_t t, std::vector<T>* out) {
+  const Fp8Table& table = fp8_table();
+  const std::int64_t n = static_cast<std::int64_t>(p.num_heads) * p.head_dim;
+  out->resize(static_cast<std::size_t>(n));
+  const std::uint8_t* q = p.q + t * n;
+  for (std::int64_t i = 0; i < n; ++i) (*out)[i] = static_cast<T>(table.value[q[i]]);
+}
+
+template <typename T>
+T score_pair(const IndexerTopkParams& p, const T* q_row, const T* k_row, std::int64_t t,
+             std::int64_t s) {
+  const float* w = p.w + t * p.num_heads;
+  T acc = 0;
+  for (int h = 0; h < p.num_heads; ++h) {
+    const T dot = lane_dot(q_row + static_cast<std::int64_t>(h) * p.head_dim, k_row);
+    const T relu = dot > T(0) ? dot : T(0);
+    acc = acc + static_cast<T>(w[h]) * relu;
+  }
+  return static_cast<T>(p.k_scale[s]) * acc;
+}
+
+// Order of the exact reference: higher key first, then smaller index.
+struct Ranked {
+  std::uint32_t key;
+  std::int32_t index;
+  bool operator<(const Ranked& o) const { return key != o.key ? key > o.key : index < o.index; }
+};
+
+}  // namespace
+
+DecodedKeys::DecodedKeys(const IndexerTopkParams& p, int num_threads) : dim_(p.head_dim) {
+  data_.resize(static_cast<std::size_t>(p.num_keys) * dim_);
+  const Fp8Table& table = fp8_table();
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t blocks = (p.num_keys + kBlock - 1) / kBlock;
+  parallel_rows(blocks, num_threads, [&](std::int64_t b) {
+    const std::int64_t end = std::min(p.num_keys, (b + 1) * kBlock);
+    for (std::int64_t s = b * kBlock; s < end; ++s) {
+      const std::uint8_t* src = p.k + s * p.k_row_stride;
+      float* dst = data_.data() + s * dim_;
+      for (int d = 0; d < dim_; ++d) dst[d] = table.value[src[d]];
+    }
+  });
+}
+
+void score_row(const IndexerTopkParams& p, const DecodedKeys& keys, std::int64_t t,
+               std::vector<float>* out) {
+  const std::int64_t ks = p.ks[t], ke = p.ke[t];
+  out->resize(static_cast<std::size_t>(ke - ks));
+  thread_local std::vector<float> q_row;
+  decode_q_row(p, t, &q_row);
+  for (std::int64_t s = ks; s < ke; ++s) (*out)[s - ks] = score_pair(p, q_row.data(), keys.row(s), t, s);
+}
+
+void score_row_f64(const IndexerTopkParams& p, std::int64_t t, std::vector<double>* out) {
+  const std::int64_t ks = p.ks[t], ke = p.ke[t];
+  out->resize(static_cast<std::size_t>(ke - ks));
+  std::vector<double> q_row;
+  decode_q_row(p, t, &q_row);
+  const Fp8Table& table = fp8_table();
+  std::vector<double> k_row(static_cast<std::size_t>(p.head_dim));
+  for (std::int64_t s = ks; s < ke; ++s) {
+    const std::uint8_t* src = p.k + s * p.k_row_stride;
+    for (int d = 0; d < p.head_dim; ++d) k_row[d] = table.value[src[d]];
+    (*out)[s - ks] = score_pair(p, q_row.data(), k_row.data(), t, s);
+  }
+}
+
+void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions& options,
+                std::int32_t* indices, float* values) {
+  const std::int64_t len = static_cast<std::int64_t>(row.size());
+  const std::int64_t count = std::min<std::int64_t>(options.k, len);
+  thread_local std::vector<Ranked> ranked;
+  ranked.resize(row.size());
+  for (std::int64_t i = 0; i < len; ++i) ranked[i] = {score_key(row[i]), static_cast<std::int32_t>(i)};
+  if (count < len) std::nth_element(ranked.begin(), ranked.begin() + count, ranked.end());
+  if (options.sorted) std::sort(ranked.begin(), ranked.begin() + count);
+  const std::int32_t base = options.index_base == IndexBase::kAbsolute ? ks : 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    indices[i] = base + ranked[i].index;
+    if (values) values[i] = row[ranked[i].index];
+  }
+  for (std::int64_t i = count; i < options.k; ++i) {
+    indices[i] = -1;
+    if (values) values[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+Status indexer_topk_cpu(const IndexerTopkParams& p, int num_threads) {
+  const DecodedKeys keys(p, num_threads);
+  const int k = p.options.k;
+  parallel_rows(p.num_queries, num_threads, [&](std::int64_t t) {
+    thread_local std::vector<float> row;
+    score_row(p, keys, t, &row);
+    select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
+  });
+  return Status::Ok();
+}
+
+Status topk_cpu(const TopkParams& p, int num_threads) {
+  const int k = p.options.k;
+  parallel_rows(p.num_rows, num_threads, [&](std::int64_t t) {
+    const std::span<const float> row(p.scores + t * p.score_stride + p.ks[t],
+                                     static_cast<std::size_t>(p.ke[t] - p.ks[t]));
+    select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
+  });
+  return Status::Ok();
+}
+
+void parallel_rows(std::int64_t rows, int num_threads,
+                   const std::function<void(std::int64_t)>& body) {
+  const int threads = static_cast<int>(std::min<std::int64_t>(resolve_threads(num_threads), rows));
+  if (threads <= 1) {
+    for (std::int64_t r = 0; r < rows; ++r) body(r);
+    return;
+  }
+  std::atomic<std::int64_t> next{0};
+  auto worker = [&] {
+    for (std::int64_t r; (r = next.fetch_add(1, std::memory_order_relaxed)) < rows;) body(r);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads - 1));
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace dsa::reference

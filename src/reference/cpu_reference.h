@@ -1,0 +1,56 @@
+// The exact CPU reference: the oracle every GPU path is judged against, and
+// the CPU backend of the public API.
+//
+// Summation order of the fp32 score (documented so results are reproducible):
+//   dot(h, s)  16 lanes; lane j sums q[h,d]*k[s,d] for d = j, j+16, ..., j+112
+//              in increasing d (each product is exact in fp32: e4m3 values have
+//              4 significant bits); the lanes are then folded pairwise,
+//              lane[i] += lane[i + w] for w = 8, 4, 2, 1; dot = lane[0].
+//   acc        for h = 0 .. H-1 in order: acc = acc + w[t,h] * max(dot(h,s), 0)
+//              (a rounded multiply, then a rounded add: no fused multiply-add).
+//   score      k_scale[s] * acc.
+// The float64 variant evaluates the same expression in double (used to bound
+// the error of fp32 paths). Small-integer inputs (tools/generators.h) make
+// every partial sum exact, so any correct fp32 path matches bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::reference {
+
+// FP8 keys of a problem decoded once to fp32, [N, D], shared by all rows.
+class DecodedKeys {
+ public:
+  DecodedKeys(const IndexerTopkParams& params, int num_threads);
+  const float* row(std::int64_t s) const { return data_.data() + s * dim_; }
+
+ private:
+  int dim_ = 0;
+  std::vector<float> data_;
+};
+
+// Scores of row t over [ks[t], ke[t]) into out (resized to len).
+void score_row(const IndexerTopkParams& params, const DecodedKeys& keys, std::int64_t t,
+               std::vector<float>* out);
+void score_row_f64(const IndexerTopkParams& params, std::int64_t t, std::vector<double>* out);
+
+// Exact top-min(K, len) of one row: ties at the K-th score go to the smallest
+// indices (a valid choice for both tie modes). Writes K slots of `indices`
+// (and `values` if non-null) following options.index_base and options.sorted.
+void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions& options,
+                std::int32_t* indices, float* values);
+
+// The CPU backend's operators (arguments already validated).
+Status indexer_topk_cpu(const IndexerTopkParams& params, int num_threads);
+Status topk_cpu(const TopkParams& params, int num_threads);
+
+// Runs body(row) for row in [0, rows) on `num_threads` threads (0 = all cores),
+// rows handed out dynamically in small chunks.
+void parallel_rows(std::int64_t rows, int num_threads, const std::function<void(std::int64_t)>& body);
+
+}  // namespace dsa::reference
