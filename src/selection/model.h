@@ -4,11 +4,12 @@
 // implement, written plainly so it can be property-tested against the exact
 // reference. One row at a time:
 //
-//  1. Threshold. Take `sample_size` scores at evenly strided positions of the
-//     row, and pick as threshold tau the sample of rank
+//  1. Threshold. Take S = min(`sample_size`, len) scores at the midpoints of
+//     S equal strides, positions floor((2i+1) * len / (2S)) for i < S (every
+//     position when S == len), and pick as threshold tau the sample of rank
 //        j = ceil(S*K/len + guard * sqrt(S*K/len)) + 1   (1 = largest)
 //     so that about j*len/S >= K scores of the row are >= tau. If j > S,
-//     tau = the smallest key (every score passes).
+//     tau = the smallest key, 0 (every score passes).
 //  2. Filter (one pass, compare and append only). The row is cut into
 //     segments of `segment_len` consecutive keys (a CTA's or warp's share of
 //     the row on the GPU). Each segment appends the (key, index) of every score
@@ -30,10 +31,17 @@
 // Failure classes and their exact repairs, applied in this order:
 //  * total overflow (count > total capacity: segments' buffers + spill): tau
 //    was far too low. Repair: radix select over the whole row restricted to
-//    keys >= tau (count >= K proves the answer lies there).
+//    keys >= tau (count >= K proves the answer lies there). When the total
+//    capacity is below K, count may be < K too; then the answer reaches
+//    below tau and the select runs over the whole row unrestricted.
 //  * segment overflow (some candidates dropped, count <= total capacity):
-//    repair: re-filter only the flagged segments with the same tau into a
-//    repair buffer, which makes the candidate set complete again.
+//    repair: discard the flagged segments' stored entries (in their buffers
+//    and in the spill: which of them were dropped is unknown once segments
+//    race for the spill) and re-filter only the flagged segments with the
+//    same tau into a repair buffer (at most `count` entries), which makes the
+//    candidate set complete again. A drop means the spill and one segment
+//    buffer are full, so count > segment_capacity + spill_capacity: the
+//    underflow below can follow only when that sum is below K.
 //  * underflow (count < K): tau was too high. Every candidate is selected and
 //    the remaining K - count come from a radix select over the whole row
 //    restricted to keys < tau.
@@ -78,7 +86,7 @@ struct RowTrace {
   std::int64_t dropped = 0;         // candidates that found no room
   int overflowed_segments = 0;
   bool underflow_after_repair = false;  // segment repair completed, then count < K
-  std::uint32_t kth_key = 0;        // key of the K-th largest score
+  std::uint32_t kth_key = 0;        // key of the K-th largest score (0 for kDirect)
 };
 
 // Selects the top min(K, len) of `row` (scores of keys base .. base+len-1).
