@@ -14,7 +14,7 @@ namespace dsa::tools {
 // Value distributions (docs/design.md describes each).
 enum class Distribution {
   kModelLike,    // q, k ~ N(0,1); k quantised per row to FP8 with scale amax/448;
-                 // q quantised per tensor; w ~ N(0,1)/sqrt(H)
+                 // q encoded to FP8 directly (no Q scale); w ~ N(0,1)/sqrt(H)
   kTies,         // duplicate key rows and some all-zero q rows (all scores equal)
   kDeadRelu,     // most q.k dot products negative (ReLU kills most heads)
   kMixedSign,    // weights of both signs with large magnitude spread
