@@ -93,6 +93,9 @@ DecodedKeys::DecodedKeys(const IndexerTopkParams& p, int num_threads) : dim_(p.h
   });
 }
 
+// AVX2 clone where the CPU has it: the same lane order and no FMA (the file is
+// built with -ffp-contract=off), so both clones give bit-identical scores.
+__attribute__((target_clones("avx2", "default")))
 void score_row(const IndexerTopkParams& p, const DecodedKeys& keys, std::int64_t t,
                std::vector<float>* out) {
   const std::int64_t ks = p.ks[t], ke = p.ke[t];
