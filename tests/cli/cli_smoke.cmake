@@ -1,1 +1,32 @@
-message(STATUS "placeholder")
+# The CLI's observable behaviour: exit codes, verification, dumps, bad input.
+# Invoked by CTest: cmake -DDSA_CLI=<dsa-topk> -DWORK_DIR=<dir> -P cli_smoke.cmake
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run(<expected exit code> <text the output must contain> args...)
+function(run expected_rc must_contain)
+  execute_process(COMMAND "${DSA_CLI}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc STREQUAL "${expected_rc}")
+    message(FATAL_ERROR "dsa-topk ${ARGN}: exit code ${rc}, expected ${expected_rc}\n${out}\n${err}")
+  endif()
+  string(FIND "${out}${err}" "${must_contain}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "dsa-topk ${ARGN}: output lacks '${must_contain}'\n${out}\n${err}")
+  endif()
+  message(STATUS "ok: dsa-topk ${ARGN}")
+endfunction()
+
+run(0 "usage: dsa-topk" --help)
+run(0 "exact" check --dist ties --layout boundary --T 6 --N 3000 --K 512 --deterministic --sorted --values)
+run(0 "exact" check --op topk --dist dead-relu --T 8 --N 5000 --K 1024)
+run(0 "exact" bench --grid small --reps 1 --dist small-integer --K 512 --json "${WORK_DIR}/bench.json")
+run(0 "wrote" generate --dist model-like --layout varlen-batch --T 5 --N 900 --K 512 --out "${WORK_DIR}/in.safetensors")
+run(0 "checked 5 rows: 0 failed" replay "${WORK_DIR}/in.safetensors" --verify --relative --values
+    --out "${WORK_DIR}/out.safetensors")
+file(WRITE "${WORK_DIR}/bad.safetensors" "this is not a safetensors file")
+run(1 "bad.safetensors" replay "${WORK_DIR}/bad.safetensors")
+run(1 "missing.safetensors" replay "${WORK_DIR}/missing.safetensors")
+run(2 "unknown option --bogus" check --bogus 1)
+run(2 "--T: expected an integer" check --T many)
+run(2 "unknown command" frobnicate)
+run(1 "options.k: must be one of 512, 1024, 2048" check --dist model-like --T 2 --N 100 --K 100)

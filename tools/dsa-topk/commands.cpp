@@ -1,1 +1,461 @@
-// placeholder: being written
+#include "commands.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "device_run.h"
+#include "reference/cpu_reference.h"
+#include "tools/checker.h"
+#include "tools/generators.h"
+#include "tools/safetensors.h"
+
+namespace dsa::cli {
+namespace {
+
+using tools::Distribution;
+using tools::IndexerProblem;
+using tools::Layout;
+using tools::ScoresProblem;
+
+constexpr double kFlopPerPair = 2.0 * 64 * 128;  // per (query, key) pair at H = 64
+
+// ------------------------------------------------------------ arguments ----
+
+Backend parse_backend(const std::string& name) {
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "cuda") return Backend::kCuda;
+  throw std::invalid_argument("--backend: expected cpu or cuda, got '" + name + "'");
+}
+
+std::vector<Distribution> parse_distributions(const std::string& name) {
+  if (name == "all") return tools::all_distributions();
+  Distribution d;
+  if (!tools::parse_distribution(name, &d)) throw std::invalid_argument("--dist: unknown distribution '" + name + "'");
+  return {d};
+}
+
+std::vector<Layout> parse_layouts(const std::string& name) {
+  if (name == "all") return tools::all_layouts();
+  Layout l;
+  if (!tools::parse_layout(name, &l)) throw std::invalid_argument("--layout: unknown layout '" + name + "'");
+  return {l};
+}
+
+SelectOptions parse_options(const Args& args) {
+  SelectOptions o;
+  o.k = static_cast<int>(args.get_int("K", 2048));
+  o.ties = args.flag("deterministic") ? TieBreak::kSmallestIndex : TieBreak::kAny;
+  o.index_base = args.flag("relative") ? IndexBase::kRelative : IndexBase::kAbsolute;
+  o.sorted = args.flag("sorted");
+  return o;
+}
+
+const std::vector<std::string> kCommonOptions = {"backend", "op", "dist", "layout", "T", "N", "K", "heads",
+                                                 "seed", "threads", "deterministic", "relative", "sorted",
+                                                 "values"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// --------------------------------------------------------------- running ---
+
+struct RunResult {
+  Status status;
+  tools::TopkOutput out;
+  std::vector<double> ms;  // one entry per timed repetition
+  double median_ms() const {
+    if (ms.empty()) return 0;
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[sorted.size() / 2];
+  }
+};
+
+template <typename Problem>
+RunResult run_operator(const Problem& prob, const SelectOptions& options, bool want_values, Backend backend,
+                       int threads, int reps) {
+  RunResult r;
+  r.out.T = prob.T;
+  r.out.K = options.k;
+  if (backend == Backend::kCuda) {
+    r.status = run_on_device(prob, options, want_values, reps, &r.out, &r.ms);
+    return r;
+  }
+  r.out.indices.assign(static_cast<std::size_t>(prob.T * options.k), -2);  // poison
+  if (want_values) r.out.values.assign(r.out.indices.size(), 0.0f);
+  ExecutionContext ctx;
+  ctx.num_threads = threads;
+  const auto params = prob.params(r.out.indices.data(), want_values ? r.out.values.data() : nullptr, options);
+  for (int i = 0; i < std::max(reps, 1); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    if constexpr (std::is_same_v<Problem, IndexerProblem>) {
+      r.status = indexer_topk(params, ctx);
+    } else {
+      r.status = topk(params, ctx);
+    }
+    r.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (!r.status.ok()) break;
+  }
+  return r;
+}
+
+// The checker over the CPU reference's fp32 scores of an indexer problem
+// (computed row by row, as the checker asks for them).
+tools::CheckReport verify(const IndexerProblem& prob, const SelectOptions& options, const tools::TopkOutput& out,
+                          int threads) {
+  const IndexerTopkParams p = prob.params(nullptr, nullptr, options);
+  const reference::DecodedKeys keys(p, threads);
+  std::vector<float> row;
+  tools::CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = [&](std::int64_t t) {
+    reference::score_row(p, keys, t, &row);
+    return std::span<const float>(row);
+  };
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return tools::check_topk(in);
+}
+
+tools::CheckReport verify(const ScoresProblem& prob, const SelectOptions& options, const tools::TopkOutput& out,
+                          int) {
+  tools::CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = tools::dense_row_scores(prob.scores.data(), prob.stride, prob.ks.data(), prob.ke.data());
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return tools::check_topk(in);
+}
+
+// ---------------------------------------------------------------- tables ---
+
+struct Row {
+  std::string op, dist, layout, backend, result;
+  std::int64_t T = 0, N = 0;
+  int K = 0;
+  std::int64_t pairs = 0;
+  double ms = 0;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
+  std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %10s %10s %9s %8s  %s\n", "op", "dist", "layout", "back",
+              "T", "N", "K", "pairs", "ms", "Mpairs/s", "TFLOP/s", "%FP8", "result");
+  for (const Row& r : rows) {
+    const bool timed = r.ms > 0;
+    const double mpairs = timed ? r.pairs / (r.ms * 1e3) : 0;
+    const double tflops = timed && r.op == "indexer" ? r.pairs * kFlopPerPair / (r.ms * 1e9) : 0;
+    const std::string pct = ceilings && ceilings->measured && tflops > 0
+                                ? fmt("%.1f", 100.0 * tflops / ceilings->fp8_tflops)
+                                : "-";
+    std::printf("%-8s %-14s %-17s %-5s %6lld %8lld %5d %10lld %10s %10s %9s %8s  %s\n", r.op.c_str(),
+                r.dist.c_str(), r.layout.c_str(), r.backend.c_str(), static_cast<long long>(r.T),
+                static_cast<long long>(r.N), r.K, static_cast<long long>(r.pairs),
+                timed ? fmt("%.3f", r.ms).c_str() : "-", timed ? fmt("%.2f", mpairs).c_str() : "-",
+                tflops > 0 ? fmt(tflops < 1 ? "%.4f" : "%.1f", tflops).c_str() : "-", pct.c_str(), r.result.c_str());
+  }
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const GpuCeilings& ceilings) {
+  nlohmann::json j;
+  j["ceilings"] = {{"measured", ceilings.measured},     {"device", ceilings.device},
+                   {"why_not", ceilings.why_not},       {"copy_tb_s", ceilings.copy_tb_s},
+                   {"fp8_tflops", ceilings.fp8_tflops}, {"fp8_fast_tflops", ceilings.fp8_fast_tflops}};
+  j["rows"] = nlohmann::json::array();
+  for (const Row& r : rows) {
+    j["rows"].push_back({{"op", r.op}, {"dist", r.dist}, {"layout", r.layout}, {"backend", r.backend},
+                         {"T", r.T}, {"N", r.N}, {"K", r.K}, {"pairs", r.pairs}, {"ms", r.ms},
+                         {"result", r.result}});
+  }
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+std::string backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+
+// One problem: generate, run (timed), verify; progress on stderr.
+template <typename Problem>
+Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layout layout,
+             const SelectOptions& options, bool values, Backend backend, int threads, int reps, bool check,
+             int index, int total) {
+  std::fprintf(stderr, "[%d/%d] %s %s/%s T=%lld N=%lld K=%d on %s ...\n", index, total, op.c_str(),
+               std::string(tools::to_string(dist)).c_str(), std::string(tools::to_string(layout)).c_str(),
+               static_cast<long long>(prob.T), static_cast<long long>(prob.N), options.k,
+               backend_name(backend).c_str());
+  Row row{op, std::string(tools::to_string(dist)), std::string(tools::to_string(layout)), backend_name(backend),
+          "", prob.T, prob.N, options.k, prob.valid_pairs(), 0};
+  const RunResult r = run_operator(prob, options, values, backend, threads, reps);
+  if (!r.status.ok()) {
+    row.result = r.status.to_string();
+    return row;
+  }
+  row.ms = r.median_ms();
+  if (!check) {
+    row.result = "not verified";
+    return row;
+  }
+  const tools::CheckReport report = verify(prob, options, r.out, threads);
+  row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
+  return row;
+}
+
+tools::ProblemSpec spec_from(const Args& args, Distribution dist, Layout layout) {
+  tools::ProblemSpec spec;
+  spec.dist = dist;
+  spec.layout = layout;
+  spec.T = args.get_int("T", 64);
+  spec.N = args.get_int("N", 16384);
+  spec.H = static_cast<int>(args.get_int("heads", 64));
+  spec.K = static_cast<int>(args.get_int("K", 2048));
+  spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+  return spec;
+}
+
+bool all_exact(const std::vector<Row>& rows) {
+  return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.result == "exact"; });
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------- Args ----
+
+Args::Args(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    const std::string name = a.substr(2);
+    const bool has_value = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
+    options_[name] = has_value ? argv[++i] : "";
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  const auto it = options_.find(name);
+  return it == options_.end() ? fallback : it->second;
+}
+
+std::int64_t Args::get_int(const std::string& name, std::int64_t fallback) const {
+  const auto it = options_.find(name);
+  if (it == options_.end()) return fallback;
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != it->second.size()) {
+    throw std::invalid_argument("--" + name + ": expected an integer, got '" + it->second + "'");
+  }
+  return v;
+}
+
+bool Args::flag(const std::string& name) const { return options_.count(name) != 0; }
+
+void Args::expect_only(const std::vector<std::string>& known) const {
+  for (const auto& [name, value] : options_) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw std::invalid_argument("unknown option --" + name + " (see dsa-topk --help)");
+    }
+  }
+}
+
+// ------------------------------------------------------------- commands ----
+
+int run_check(const Args& args) {
+  args.expect_only(kCommonOptions);
+  const Backend backend = parse_backend(args.get("backend", "cpu"));
+  const std::string op = args.get("op", "indexer");
+  if (op != "indexer" && op != "topk") throw std::invalid_argument("--op: expected indexer or topk, got '" + op + "'");
+  const SelectOptions options = parse_options(args);
+  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const auto dists = parse_distributions(args.get("dist", "all"));
+  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  std::vector<Row> rows;
+  int index = 0;
+  const int total = static_cast<int>(dists.size() * layouts.size());
+  for (Distribution dist : dists) {
+    for (Layout layout : layouts) {
+      const tools::ProblemSpec spec = spec_from(args, dist, layout);
+      if (op == "indexer") {
+        rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, layout, options, args.flag("values"),
+                                backend, threads, 1, true, ++index, total));
+      } else {
+        rows.push_back(run_case(tools::make_scores_problem(spec), op, dist, layout, options, args.flag("values"),
+                                backend, threads, 1, true, ++index, total));
+      }
+    }
+  }
+  print_table(rows, nullptr);
+  return all_exact(rows) ? 0 : 1;
+}
+
+int run_default() {
+  std::string why;
+  const Backend backend = cuda_backend_available(&why) ? Backend::kCuda : Backend::kCpu;
+  std::fprintf(stderr, "dsa-topk: exactness check of every distribution on the %s backend%s\n",
+               backend_name(backend).c_str(), backend == Backend::kCpu ? (" (" + why + ")").c_str() : "");
+  std::vector<Row> rows;
+  const auto dists = tools::all_distributions();
+  int index = 0;
+  for (Distribution dist : dists) {
+    tools::ProblemSpec spec;
+    spec.dist = dist;
+    spec.layout = Layout::kCausalSuffix;
+    spec.T = 32;
+    spec.N = 8192;
+    spec.seed = 1;
+    SelectOptions options;
+    rows.push_back(run_case(tools::make_indexer_problem(spec), "indexer", dist, spec.layout, options, false, backend,
+                            0, 1, true, ++index, static_cast<int>(dists.size())));
+  }
+  print_table(rows, nullptr);
+  std::printf("\nrun 'dsa-topk --help' for check, bench, replay and generate\n");
+  return all_exact(rows) ? 0 : 1;
+}
+
+int run_bench(const Args& args) {
+  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify"}));
+  const Backend backend = parse_backend(args.get("backend", "cpu"));
+  const std::string grid = args.get("grid", "small");
+  const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
+  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const SelectOptions options = parse_options(args);
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, N)
+  if (grid == "h200") {
+    shapes = {{4096, 8192}, {4096, 16384}, {4096, 32768}, {4096, 65536}, {4096, 131072}, {512, 131072}, {64, 131072}};
+  } else if (grid == "small") {
+    shapes = {{64, 8192}, {16, 32768}, {4, 131072}};
+  } else {
+    throw std::invalid_argument("--grid: expected small or h200, got '" + grid + "'");
+  }
+  GpuCeilings ceilings;
+  if (backend == Backend::kCuda) {
+    std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
+    ceilings = measure_gpu_ceilings();
+  }
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  const std::string op = args.get("op", "indexer");
+  std::vector<Row> rows;
+  int index = 0;
+  const int total = static_cast<int>(shapes.size() * dists.size());
+  for (Distribution dist : dists) {
+    for (const auto& [T, N] : shapes) {
+      tools::ProblemSpec spec;
+      spec.dist = dist;
+      spec.layout = Layout::kCausalSuffix;
+      spec.T = T;
+      spec.N = N;
+      spec.K = options.k;
+      spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+      const bool check = !args.flag("no-verify");
+      if (op == "indexer") {
+        rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
+                                threads, reps, check, ++index, total));
+      } else {
+        rows.push_back(run_case(tools::make_scores_problem(spec), op, dist, spec.layout, options, false, backend,
+                                threads, reps, check, ++index, total));
+      }
+    }
+  }
+  if (backend == Backend::kCuda) {
+    if (ceilings.measured) {
+      std::printf("\n%s\nceilings (this run): copy %.2f TB/s, FP8 GEMM %.0f TFLOP/s (fast accumulation %.0f)\n",
+                  ceilings.device.c_str(), ceilings.copy_tb_s, ceilings.fp8_tflops, ceilings.fp8_fast_tflops);
+    } else {
+      std::printf("\nceilings not measured: %s\n", ceilings.why_not.c_str());
+    }
+  }
+  print_table(rows, &ceilings);
+  if (args.flag("json")) write_json(args.get("json", "bench.json"), rows, ceilings);
+  const bool failed = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.result.rfind("WRONG", 0) == 0; });
+  return failed ? 1 : 0;
+}
+
+int run_replay(const Args& args) {
+  args.expect_only(with(kCommonOptions, {"out", "verify"}));
+  if (args.positional().size() != 1) throw std::invalid_argument("replay: expected one input file: replay IN [--out OUT]");
+  const std::string in_path = args.positional()[0];
+  tools::SafetensorsFile file;
+  Status st = tools::read_safetensors(in_path, &file);
+  IndexerProblem prob;
+  int topk_from_file = 2048;
+  if (st.ok()) st = tools::indexer_problem_from_file(file, &prob, &topk_from_file);
+  if (!st.ok()) {
+    std::fprintf(stderr, "dsa-topk replay: %s\n", st.message().c_str());
+    return 1;
+  }
+  SelectOptions options = parse_options(args);
+  options.k = static_cast<int>(args.get_int("K", topk_from_file));
+  const Backend backend = parse_backend(args.get("backend", "cpu"));
+  const RunResult r = run_operator(prob, options, args.flag("values"), backend,
+                                   static_cast<int>(args.get_int("threads", 0)), 1);
+  if (!r.status.ok()) {
+    std::fprintf(stderr, "dsa-topk replay: %s\n", r.status.to_string().c_str());
+    return 1;
+  }
+  std::printf("replayed %s: T=%lld N=%lld H=%d K=%d on %s in %.3f ms\n", in_path.c_str(),
+              static_cast<long long>(prob.T), static_cast<long long>(prob.N), prob.H, options.k,
+              backend_name(backend).c_str(), r.median_ms());
+  int rc = 0;
+  if (args.flag("verify")) {
+    const tools::CheckReport report = verify(prob, options, r.out, 0);
+    std::printf("verify: %s\n", report.summary().c_str());
+    rc = report.ok() ? 0 : 1;
+  }
+  if (args.flag("out")) {
+    tools::SafetensorsFile out;
+    out.metadata["topk"] = std::to_string(options.k);
+    out.metadata["source"] = in_path;
+    tools::add_output(r.out, &out);
+    st = tools::write_safetensors(args.get("out", ""), out);
+    if (!st.ok()) {
+      std::fprintf(stderr, "dsa-topk replay: %s\n", st.message().c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", args.get("out", "").c_str());
+  }
+  return rc;
+}
+
+int run_generate(const Args& args) {
+  args.expect_only(with(kCommonOptions, {"out"}));
+  if (!args.flag("out")) throw std::invalid_argument("generate: --out FILE is required");
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  if (dists.size() != 1 || layouts.size() != 1) throw std::invalid_argument("generate: name one --dist and one --layout");
+  const tools::ProblemSpec spec = spec_from(args, dists[0], layouts[0]);
+  const IndexerProblem prob = tools::make_indexer_problem(spec);
+  const Status st = tools::write_safetensors(args.get("out", ""), tools::file_from_indexer_problem(prob, spec.K));
+  if (!st.ok()) {
+    std::fprintf(stderr, "dsa-topk generate: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%s, T=%lld N=%lld)\n", args.get("out", "").c_str(), prob.name.c_str(),
+              static_cast<long long>(prob.T), static_cast<long long>(prob.N));
+  return 0;
+}
+
+}  // namespace dsa::cli

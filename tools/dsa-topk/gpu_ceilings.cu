@@ -1,1 +1,155 @@
-// placeholder
+// The two ceilings every GPU benchmark reports against, measured in the same
+// run (shared/h200.md: clocks drift 10% between runs under the power cap):
+//   * device copy bandwidth: a 2 GiB device-to-device copy, bytes read + written;
+//   * FP8 tensor-core rate: an 8192^3 e4m3 x e4m3 -> bf16 GEMM through
+//     cuBLASLt (ships with the toolkit), with and without fast accumulation.
+// Each is the median of repeated timed runs after a warm-up.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace dsa::cli {
+namespace {
+
+constexpr int kWarmup = 3;
+constexpr int kReps = 20;
+
+// Random finite e4m3 bytes (no NaN, magnitude <= 4): never zeros.
+__global__ void fill_fp8(std::uint8_t* data, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    data[i] = static_cast<std::uint8_t>((x & 0x80u) | (0x20u + (x >> 8) % 0x30u));
+  }
+}
+
+template <typename Body>
+double median_ms(Body&& body) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < kWarmup; ++i) body();
+  std::vector<float> ms;
+  for (int i = 0; i < kReps; ++i) {
+    cudaEventRecord(start);
+    body();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double copy_tb_s() {
+  const std::size_t bytes = std::size_t{2} << 30;
+  void *src = nullptr, *dst = nullptr;
+  if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {
+    cudaFree(src);
+    return 0;
+  }
+  fill_fp8<<<1024, 256>>>(static_cast<std::uint8_t*>(src), bytes, 7);
+  const double ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * bytes / (ms * 1e-3) / 1e12;
+}
+
+// D[m, n] (bf16) = A^T B with A [k, m] and B [k, n] column-major e4m3: the
+// "TN" layout cuBLASLt requires for FP8.
+double fp8_gemm_tflops(bool fast_accum, std::string* error) {
+  constexpr int kDim = 8192;
+  const std::size_t elems = static_cast<std::size_t>(kDim) * kDim;
+  void *a = nullptr, *b = nullptr, *d = nullptr, *workspace = nullptr;
+  const std::size_t ws_bytes = 64u << 20;
+  cudaMalloc(&a, elems);
+  cudaMalloc(&b, elems);
+  cudaMalloc(&d, elems * 2);
+  cudaMalloc(&workspace, ws_bytes);
+  fill_fp8<<<1024, 256>>>(static_cast<std::uint8_t*>(a), elems, 1);
+  fill_fp8<<<1024, 256>>>(static_cast<std::uint8_t*>(b), elems, 2);
+
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  const std::int8_t fast = fast_accum ? 1 : 0;
+  const float alpha = 1.0f, beta = 0.0f;
+  double tflops = 0;
+  bool ok = cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, kDim, kDim, kDim) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, kDim, kDim, kDim) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, kDim, kDim, kDim) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                 sizeof(ws_bytes)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &heuristic, &found) ==
+                CUBLAS_STATUS_SUCCESS &&
+            found > 0;
+  if (ok) {
+    const double ms = median_ms([&] {
+      cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heuristic.algo, workspace, ws_bytes,
+                     nullptr);
+    });
+    ok = cudaGetLastError() == cudaSuccess;
+    tflops = 2.0 * kDim * kDim * static_cast<double>(kDim) / (ms * 1e-3) / 1e12;
+  }
+  if (!ok) *error = "cuBLASLt FP8 GEMM could not run";
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(handle);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(d);
+  cudaFree(workspace);
+  return ok ? tflops : 0;
+}
+
+}  // namespace
+
+GpuCeilings measure_gpu_ceilings() {
+  GpuCeilings c;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    c.why_not = "no CUDA device";
+    return c;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  int clock_khz = 0, mem_clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
+  c.device = std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, max SM clock " +
+             std::to_string(clock_khz / 1000) + " MHz, L2 " + std::to_string(prop.l2CacheSize >> 20) + " MiB";
+  c.copy_tb_s = copy_tb_s();
+  c.fp8_tflops = fp8_gemm_tflops(false, &c.why_not);
+  c.fp8_fast_tflops = fp8_gemm_tflops(true, &c.why_not);
+  c.measured = c.copy_tb_s > 0 && c.fp8_tflops > 0;
+  return c;
+}
+
+}  // namespace dsa::cli

@@ -1,1 +1,61 @@
-int main() { return 0; }
+// dsa-topk: run, verify and time the DSA indexer top-k.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: dsa-topk [COMMAND] [OPTIONS]
+
+With no command, runs a short exactness check of every input distribution on
+the best available backend and prints a results table.
+
+commands:
+  check     run an operator on generated inputs and verify it exactly
+  bench     time operators on a shape grid; prints ms, pairs/s, TFLOP/s
+  replay    run the indexer on a safetensors dump:  replay IN [--out OUT]
+  generate  write a generated problem as a safetensors dump:  generate --out FILE
+
+common options:
+  --backend cpu|cuda        (default cpu)
+  --op indexer|topk         operator (default indexer)
+  --dist NAME|all           model-like, ties, dead-relu, mixed-sign, shifted, small-integer
+  --layout NAME|all         causal-suffix, varlen-batch, context-parallel, boundary, full
+  --T N --N N --K K --heads H --seed S --threads N
+  --deterministic           ties go to the smallest index
+  --relative                indices relative to ks
+  --sorted --values
+bench options:
+  --grid small|h200         shape grid (h200: the grid of shared/h200.md)
+  --reps N                  timed repetitions (median reported)
+  --json FILE               also write the results as JSON
+replay options:
+  --out FILE                write indices (and values with --values)
+  --verify                  check the result exactly against the CPU reference scores
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2) return dsa::cli::run_default();
+    const std::string command = argv[1];
+    if (command == "-h" || command == "--help" || command == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const dsa::cli::Args args(argc, argv, 2);
+    if (command == "check") return dsa::cli::run_check(args);
+    if (command == "bench") return dsa::cli::run_bench(args);
+    if (command == "replay") return dsa::cli::run_replay(args);
+    if (command == "generate") return dsa::cli::run_generate(args);
+    std::fprintf(stderr, "dsa-topk: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsa-topk: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,136 @@
+#include "device_run.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace dsa::cli {
+namespace {
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+#define DSA_CUDA_TRY(expr, what)                       \
+  do {                                                 \
+    Status s_ = cuda_status((expr), what);             \
+    if (!s_.ok()) return s_;                           \
+  } while (0)
+
+// Owns one device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  Status alloc(std::size_t bytes) { return bytes == 0 ? Status::Ok() : cuda_status(cudaMalloc(&ptr_, bytes), "cudaMalloc"); }
+  template <typename T>
+  Status upload(const std::vector<T>& host) {
+    const std::size_t bytes = host.size() * sizeof(T);
+    Status st = alloc(bytes);
+    if (st.ok() && bytes) st = cuda_status(cudaMemcpy(ptr_, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
+    return st;
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Times `reps` launches of `call` (after one warm-up) with events; output
+// buffers are poisoned before each launch so an unwritten slot shows.
+template <typename Call>
+Status timed_runs(Call&& call, DeviceBuffer& indices, DeviceBuffer& values, std::size_t out_elems, int reps,
+                  std::vector<double>* ms) {
+  cudaEvent_t start, stop;
+  DSA_CUDA_TRY(cudaEventCreate(&start), "cudaEventCreate");
+  DSA_CUDA_TRY(cudaEventCreate(&stop), "cudaEventCreate");
+  Status st;
+  for (int i = 0; i <= reps && st.ok(); ++i) {
+    cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
+    if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
+    cudaEventRecord(start);
+    st = call();
+    cudaEventRecord(stop);
+    if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), "kernel");
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    if (i > 0 && st.ok()) ms->push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return st;
+}
+
+Status download(const DeviceBuffer& indices, const DeviceBuffer& values, tools::TopkOutput* out) {
+  DSA_CUDA_TRY(cudaMemcpy(out->indices.data(), indices.as<void>(), out->indices.size() * sizeof(std::int32_t),
+                          cudaMemcpyDeviceToHost), "download indices");
+  if (!out->values.empty()) {
+    DSA_CUDA_TRY(cudaMemcpy(out->values.data(), values.as<void>(), out->values.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost), "download values");
+  }
+  return Status::Ok();
+}
+
+Status prepare_outputs(std::int64_t T, const SelectOptions& options, bool want_values, DeviceBuffer& indices,
+                       DeviceBuffer& values, tools::TopkOutput* out) {
+  const std::size_t n = static_cast<std::size_t>(T) * options.k;
+  out->T = T;
+  out->K = options.k;
+  out->indices.assign(n, 0);
+  out->values.assign(want_values ? n : 0, 0.0f);
+  Status st = indices.alloc(n * sizeof(std::int32_t));
+  if (st.ok() && want_values) st = values.alloc(n * sizeof(float));
+  return st;
+}
+
+}  // namespace
+
+Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceBuffer q, k, k_scale, w, ks, ke, indices, values, workspace;
+  for (Status st : {q.upload(prob.q), k.upload(prob.k), k_scale.upload(prob.k_scale), w.upload(prob.w),
+                    ks.upload(prob.ks), ke.upload(prob.ke),
+                    prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
+    if (!st.ok()) return st;
+  }
+  IndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
+  p.q = q.as<std::uint8_t>();
+  p.k = k.as<std::uint8_t>();
+  p.k_scale = k_scale.as<float>();
+  p.w = w.as<float>();
+  p.ks = ks.as<std::int32_t>();
+  p.ke = ke.as<std::int32_t>();
+  std::size_t ws_bytes = 0;
+  Status st = indexer_topk_workspace_size(p, Backend::kCuda, &ws_bytes);
+  if (st.ok()) st = workspace.alloc(ws_bytes);
+  if (!st.ok()) return st;
+  ExecutionContext ctx{Backend::kCuda, nullptr, 0, workspace.as<void>(), ws_bytes};
+  st = timed_runs([&] { return indexer_topk(p, ctx); }, indices, values, out->indices.size(), reps, ms);
+  return st.ok() ? download(indices, values, out) : st;
+}
+
+Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceBuffer scores, ks, ke, indices, values, workspace;
+  for (Status st : {scores.upload(prob.scores), ks.upload(prob.ks), ke.upload(prob.ke),
+                    prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
+    if (!st.ok()) return st;
+  }
+  TopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
+  p.scores = scores.as<float>();
+  p.ks = ks.as<std::int32_t>();
+  p.ke = ke.as<std::int32_t>();
+  std::size_t ws_bytes = 0;
+  Status st = topk_workspace_size(p, Backend::kCuda, &ws_bytes);
+  if (st.ok()) st = workspace.alloc(ws_bytes);
+  if (!st.ok()) return st;
+  ExecutionContext ctx{Backend::kCuda, nullptr, 0, workspace.as<void>(), ws_bytes};
+  st = timed_runs([&] { return topk(p, ctx); }, indices, values, out->indices.size(), reps, ms);
+  return st.ok() ? download(indices, values, out) : st;
+}
+
+}  // namespace dsa::cli
