@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The one GPU job, run on the device machine from a fresh copy of the tree:
+#   builds with ninja (ptxas register/spill report on), runs every gpu test,
+#   compute-sanitizer (memcheck, racecheck, synccheck) on the gpu tests,
+#   the cpu tests, the benchmark grid with in-run ceilings, and writes
+#   $OUT/summary.md, $OUT/bench.json, $OUT/gpu-tests.json and $OUT/full.log.
+# Usage (device tool): command "bash scripts/gpu-check.sh", carry [".deps"]
+# (prepare .deps here first with scripts/prepare-device.sh).
+# Environment: GRID=h200|small (default h200), SKIP_SANITIZER=1, BENCH_ARGS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+LOG="$OUT/full.log"
+SUMMARY="$OUT/summary.md"
+: >"$LOG"
+export PATH="/usr/local/cuda/bin:$PATH"
+JOBS="$(nproc)"
+
+step() { echo "== $*" | tee -a "$LOG"; }
+# run_logged NAME CMD...: runs CMD, appends its output to the log, records rc.
+declare -A RC
+run_logged() {
+  local name="$1"; shift
+  step "$name: $*"
+  local start=$SECONDS
+  "$@" >>"$LOG" 2>&1
+  RC[$name]=$?
+  echo "   -> exit ${RC[$name]} in $((SECONDS - start)) s" | tee -a "$LOG"
+}
+
+{
+  echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
+  nvcc --version | tail -1
+  echo '```'
+} >"$SUMMARY"
+
+if [ ! -d .deps/googletest ]; then
+  echo "error: .deps missing: run scripts/prepare-device.sh here and carry .deps" | tee -a "$SUMMARY"
+  exit 1
+fi
+
+run_logged configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_PTXAS_VERBOSE=ON
+run_logged build cmake --build build-gpu -j "$JOBS"
+if [ "${RC[build]}" != 0 ]; then
+  { echo; echo "## Build FAILED"; echo '```'; grep -E 'error|Error' "$LOG" | head -40; echo '```'; } >>"$SUMMARY"
+  exit 1
+fi
+
+run_logged gpu_tests build-gpu/tests/dsa_gpu_tests --gtest_output="json:$OUT/gpu-tests.json"
+if [ -z "${SKIP_SANITIZER:-}" ]; then
+  for tool in memcheck racecheck synccheck; do
+    run_logged "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      build-gpu/tests/dsa_gpu_tests --gtest_filter="${SANITIZER_FILTER:-*}"
+  done
+fi
+run_logged cpu_tests ctest --test-dir build-gpu -L cpu -j "$JOBS" --output-on-failure
+run_logged bench build-gpu/dsa-topk bench --backend cuda --grid "${GRID:-h200}" --json "$OUT/bench.json" ${BENCH_ARGS:-}
+
+{
+  echo
+  echo "## Steps"
+  echo
+  echo "| step | exit code |"
+  echo "|---|---|"
+  for name in configure build gpu_tests sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck cpu_tests bench; do
+    [ -n "${RC[$name]+x}" ] && echo "| $name | ${RC[$name]} |"
+  done
+  echo
+  echo "## Kernel resources (ptxas)"
+  echo '```'
+  grep -E "Compiling entry|Used [0-9]+ registers|spill" "$LOG" | sed 's/^ptxas info *: //' | head -60
+  echo '```'
+  echo
+  echo "## GPU tests"
+  echo '```'
+  grep -E '^\[ *(PASSED|FAILED|SKIPPED) *\]|^\[==========\]|SKIPPED:' "$LOG" | head -40
+  echo '```'
+  echo
+  echo "## Sanitizers"
+  echo '```'
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|== .*errors' "$LOG" | head -20
+  echo '```'
+  echo
+  echo "## CPU tests"
+  echo '```'
+  grep -E 'tests passed|tests failed|Failed|Skipped' "$LOG" | tail -5
+  echo '```'
+  echo
+  echo "## Benchmark"
+  echo '```'
+  sed -n '/^== bench/,$p' "$LOG" | grep -vE '^\[[0-9]+/[0-9]+\]|^measuring|^== ' | head -60
+  echo '```'
+} >>"$SUMMARY"
+cat "$SUMMARY"
+failed=0
+for name in "${!RC[@]}"; do [ "${RC[$name]}" != 0 ] && failed=1; done
+exit $failed

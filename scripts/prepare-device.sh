@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run HERE (not on the GPU machine) before a device call: the GPU machine has
+# no GoogleTest and no nlohmann/json and cannot download them, so their Debian
+# sources/headers travel in the git-ignored folder .deps (carry it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+rm -rf .deps
+mkdir -p .deps/include
+cp -r /usr/src/googletest .deps/googletest
+cp -r /usr/include/nlohmann .deps/include/nlohmann
+du -sh .deps
