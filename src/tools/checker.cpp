@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/keys.h"
+#include "reference/cpu_reference.h"
 
 namespace dsa::tools {
 namespace {
@@ -259,6 +260,38 @@ RowScoresFn dense_row_scores(const float* scores, std::int64_t stride, const std
     return std::span<const float>(scores + t * stride + ks[t],
                                   static_cast<std::size_t>(ke[t] - ks[t]));
   };
+}
+
+CheckReport check_problem(const ScoresProblem& prob, const SelectOptions& options, const TopkOutput& out,
+                          std::int64_t max_failures) {
+  CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = dense_row_scores(prob.scores.data(), prob.stride, prob.ks.data(), prob.ke.data());
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return check_topk(in, max_failures);
+}
+
+CheckReport check_problem(const IndexerProblem& prob, const SelectOptions& options, const TopkOutput& out,
+                          int num_threads, std::int64_t max_failures) {
+  const IndexerTopkParams p = prob.params(nullptr, nullptr, options);
+  const reference::DecodedKeys keys(p, num_threads);
+  std::vector<float> row;  // check_topk uses each row's span before asking for the next
+  CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = [&](std::int64_t t) {
+    reference::score_row(p, keys, t, &row);
+    return std::span<const float>(row);
+  };
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return check_topk(in, max_failures);
 }
 
 }  // namespace dsa::tools

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dsa_topk/dsa_topk.h"
+#include "tools/problem.h"
 
 namespace dsa::tools {
 
@@ -50,5 +51,14 @@ CheckReport check_topk(const CheckInput& input, std::int64_t max_failures = 8);
 // Convenience: scores from a dense [T, stride] matrix indexed by absolute key.
 RowScoresFn dense_row_scores(const float* scores, std::int64_t stride, const std::int32_t* ks,
                              const std::int32_t* ke);
+
+// A result for a generated or replayed problem, judged against the problem's
+// own scores: the matrix for a ScoresProblem, the CPU reference's fp32 scores
+// (computed row by row on `num_threads` threads for decoding) for an
+// IndexerProblem. `out.values` empty means values were not requested.
+CheckReport check_problem(const ScoresProblem& prob, const SelectOptions& options, const TopkOutput& out,
+                          std::int64_t max_failures = 8);
+CheckReport check_problem(const IndexerProblem& prob, const SelectOptions& options, const TopkOutput& out,
+                          int num_threads = 0, std::int64_t max_failures = 8);
 
 }  // namespace dsa::tools

@@ -108,40 +108,6 @@ RunResult run_operator(const Problem& prob, const SelectOptions& options, bool w
   return r;
 }
 
-// The checker over the CPU reference's fp32 scores of an indexer problem
-// (computed row by row, as the checker asks for them).
-tools::CheckReport verify(const IndexerProblem& prob, const SelectOptions& options, const tools::TopkOutput& out,
-                          int threads) {
-  const IndexerTopkParams p = prob.params(nullptr, nullptr, options);
-  const reference::DecodedKeys keys(p, threads);
-  std::vector<float> row;
-  tools::CheckInput in;
-  in.T = prob.T;
-  in.ks = prob.ks.data();
-  in.ke = prob.ke.data();
-  in.row_scores = [&](std::int64_t t) {
-    reference::score_row(p, keys, t, &row);
-    return std::span<const float>(row);
-  };
-  in.indices = out.indices.data();
-  in.values = out.values.empty() ? nullptr : out.values.data();
-  in.options = options;
-  return tools::check_topk(in);
-}
-
-tools::CheckReport verify(const ScoresProblem& prob, const SelectOptions& options, const tools::TopkOutput& out,
-                          int) {
-  tools::CheckInput in;
-  in.T = prob.T;
-  in.ks = prob.ks.data();
-  in.ke = prob.ke.data();
-  in.row_scores = tools::dense_row_scores(prob.scores.data(), prob.stride, prob.ks.data(), prob.ke.data());
-  in.indices = out.indices.data();
-  in.values = out.values.empty() ? nullptr : out.values.data();
-  in.options = options;
-  return tools::check_topk(in);
-}
-
 // ---------------------------------------------------------------- tables ---
 
 struct Row {
@@ -213,7 +179,12 @@ Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layo
     row.result = "not verified";
     return row;
   }
-  const tools::CheckReport report = verify(prob, options, r.out, threads);
+  tools::CheckReport report;
+  if constexpr (std::is_same_v<Problem, IndexerProblem>) {
+    report = tools::check_problem(prob, options, r.out, threads);
+  } else {
+    report = tools::check_problem(prob, options, r.out);
+  }
   row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
   return row;
 }
@@ -421,7 +392,7 @@ int run_replay(const Args& args) {
               backend_name(backend).c_str(), r.median_ms());
   int rc = 0;
   if (args.flag("verify")) {
-    const tools::CheckReport report = verify(prob, options, r.out, 0);
+    const tools::CheckReport report = tools::check_problem(prob, options, r.out, 0);
     std::printf("verify: %s\n", report.summary().c_str());
     rc = report.ok() ? 0 : 1;
   }
