@@ -1,0 +1,157 @@
+// How the selection kernels read score rows and record candidates: the
+// vectorised row visitor, the filter's warp-aggregated append into
+// shared-memory candidate buffers, and the 64-bit order key of a selected
+// (key, position). Shared by the standalone top-k and, later, the fused kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "common/keys.h"
+#include "selection/device/radix.cuh"
+
+namespace dsa::selection::device {
+
+// Order key of a selected score: larger means earlier in sorted output (key
+// descending, then position ascending). Score keys are >= kNegInfKey > 0, so
+// 0 never encodes a score and marks an empty (padding) slot.
+inline constexpr std::uint64_t kEmptySlot = 0;
+__device__ __forceinline__ std::uint64_t order_key(std::uint32_t key, std::int32_t pos) {
+  return (static_cast<std::uint64_t>(key) << 32) | ~static_cast<std::uint32_t>(pos);
+}
+__device__ __forceinline__ std::int32_t order_pos(std::uint64_t order) {
+  return static_cast<std::int32_t>(~static_cast<std::uint32_t>(order));
+}
+
+// The key ~pos ranks positions so that the largest is the smallest index
+// (deterministic tie cut, as in the model).
+__device__ __forceinline__ std::uint32_t index_order_key(std::int32_t pos) {
+  return ~static_cast<std::uint32_t>(pos);
+}
+
+inline constexpr int kGroupSize = 4;  // elements of one 16-byte load
+
+// Up to Groups * 4 row elements one thread holds after one round of loads:
+// element e = 4u + j is at row position pos0[u] + j and present when bit e of
+// `valid` is set. Values stay floats: the filter compares them directly.
+template <int Groups>
+struct Batch {
+  static constexpr int kElements = Groups * kGroupSize;
+  float value[Groups][kGroupSize];
+  std::int32_t pos0[Groups];
+  std::uint32_t valid;
+  __device__ __forceinline__ bool present(int e) const { return (valid >> e) & 1u; }
+  __device__ __forceinline__ float at(int e) const { return value[e / kGroupSize][e % kGroupSize]; }
+  __device__ __forceinline__ std::int32_t pos(int e) const { return pos0[e / kGroupSize] + e % kGroupSize; }
+};
+
+// Calls fn(batch) over the row [0, len): every thread of the block calls fn
+// the same number of times, so fn may use warp collectives. The body is read
+// with 16-byte loads, Groups of them in flight per thread; the unaligned head
+// (row need only be 4-byte aligned) and the tail (< 4 elements each) form one
+// last batch holding at most one element per thread.
+template <int Threads, int Groups, class Fn>
+__device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_t len, Fn&& fn) {
+  const auto misalign = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kGroupSize);
+  const std::int32_t head = min(len, (kGroupSize - misalign) % kGroupSize);
+  const std::int32_t vectors = (len - head) / kGroupSize;
+  const float4* body = reinterpret_cast<const float4*>(row + head);
+  const auto tid = static_cast<std::int32_t>(threadIdx.x);
+  for (std::int32_t base = 0; base < vectors; base += Threads * Groups) {
+    Batch<Groups> b;
+    b.valid = 0;
+#pragma unroll
+    for (int u = 0; u < Groups; ++u) {
+      const std::int32_t i = base + u * Threads + tid;
+      const float4 v = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      b.value[u][0] = v.x;
+      b.value[u][1] = v.y;
+      b.value[u][2] = v.z;
+      b.value[u][3] = v.w;
+      b.pos0[u] = head + kGroupSize * i;
+      b.valid |= (i < vectors ? 0xFu : 0u) << (kGroupSize * u);
+    }
+    fn(b);
+  }
+  const std::int32_t tail_start = head + kGroupSize * vectors;
+  const std::int32_t pos = tid < head ? tid : tail_start + (tid - head);
+  const bool present = tid < head || pos < len;
+  Batch<Groups> b{};
+  b.value[0][0] = present ? __ldg(row + pos) : 0.f;
+  b.pos0[0] = pos;
+  b.valid = present ? 1u : 0u;
+  fn(b);
+}
+
+// The filter's comparison with tau, two exact forms of key > tau / key == tau:
+// on floats when tau is the canonical key of a float above -inf (then a NaN,
+// whose key is -inf's, fails both tests as a float compare does, and -0 == +0
+// in both), else on keys (tau <= key(-inf): NaN and -inf pass).
+struct FloatThreshold {
+  float tau;
+  __device__ __forceinline__ bool above(float v) const { return v > tau; }
+  __device__ __forceinline__ bool equal(float v) const { return v == tau; }
+};
+struct KeyThreshold {
+  std::uint32_t tau;
+  __device__ __forceinline__ bool above(float v) const { return score_key(v) > tau; }
+  __device__ __forceinline__ bool equal(float v) const { return score_key(v) == tau; }
+};
+__device__ __forceinline__ bool float_comparable(std::uint32_t tau) {
+  return tau > kNegInfKey && score_key(key_score(tau)) == tau;
+}
+
+// The filter's shared-memory destination: keys > tau with their positions,
+// and the positions of keys == tau. A slot past a capacity is handed out but
+// not stored; the exact counts are kept apart, so overflow is detected.
+struct CandidateSink {
+  std::uint32_t* keys;      // [capacity]
+  std::int32_t* pos;        // [capacity]
+  std::uint32_t capacity;
+  std::uint32_t* slots;     // slots handed out for keys > tau
+  std::int32_t* tie_pos;    // [tie_capacity]
+  std::uint32_t tie_capacity;
+  std::uint32_t* tie_slots; // slots handed out for keys == tau
+};
+
+// Filter step of one batch (warp-collective): counts this thread's keys > tau
+// and == tau into count_gt / count_eq and appends them to the sink while there
+// is room. A warp round (32 threads x 16 elements at 3% pass rate) usually has
+// a candidate, so the append is one atomic per warp round, not per group.
+template <int Groups, class Threshold>
+__device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
+                                             std::uint32_t& count_gt, std::uint32_t& count_eq) {
+  constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
+  std::uint32_t gt = 0, eq = 0;
+#pragma unroll
+  for (int e = 0; e < Batch<Groups>::kElements; ++e) {
+    gt |= static_cast<std::uint32_t>(b.present(e) && tau.above(b.at(e))) << e;
+    eq |= static_cast<std::uint32_t>(b.present(e) && tau.equal(b.at(e))) << e;
+  }
+  count_gt += __popc(gt);
+  count_eq += __popc(eq);
+  if (__any_sync(kFullWarp, gt != 0)) {
+    std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
+#pragma unroll
+    for (int e = 0; e < Batch<Groups>::kElements; ++e) {
+      if ((gt >> e) & 1u) {
+        if (slot < sink.capacity) {
+          sink.keys[slot] = score_key(b.at(e));
+          sink.pos[slot] = b.pos(e);
+        }
+        ++slot;
+      }
+    }
+  }
+  if (__any_sync(kFullWarp, eq != 0)) {
+    std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
+#pragma unroll
+    for (int e = 0; e < Batch<Groups>::kElements; ++e) {
+      if ((eq >> e) & 1u) {
+        if (slot < sink.tie_capacity) sink.tie_pos[slot] = b.pos(e);
+        ++slot;
+      }
+    }
+  }
+}
+
+}  // namespace dsa::selection::device

@@ -1,0 +1,132 @@
+// Block-wide exact radix select on uint32 keys, the device form of
+// selection/model.cpp's radix_select_set: one histogram sweep per 8-bit digit,
+// most significant first. Shared by the standalone top-k (threshold, candidate
+// select, tie cut, repairs) and, later, the fused kernel.
+#pragma once
+
+#include <cstdint>
+
+namespace dsa::selection::device {
+
+inline constexpr int kKeyBits = 32;
+inline constexpr int kRadixBits = 8;
+inline constexpr int kRadixBins = 1 << kRadixBits;
+inline constexpr std::uint32_t kDigitMask = kRadixBins - 1;
+inline constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+inline constexpr int kWarpSize = 32;
+inline constexpr int kBinsPerLane = kRadixBins / kWarpSize;
+
+struct RadixResult {
+  std::uint32_t kth_key;     // the k-th largest key of the set
+  std::uint32_t take_equal;  // of the keys == kth_key, how many belong to the top k
+};
+
+// Shared memory of one block_radix_select call (reusable by the next call).
+struct RadixShared {
+  std::uint32_t histogram[kRadixBins];
+  std::uint32_t prefix;  // digits of the k-th key fixed so far (broadcast)
+  std::uint32_t rank;    // its rank among the keys sharing `prefix` (broadcast)
+};
+
+__device__ __forceinline__ unsigned lane_id() { return threadIdx.x % kWarpSize; }
+
+// Warp-aggregated append: every lane of the warp calls it (converged), lane i
+// asking for n_i < 2^CountBits consecutive slots of `*counter`. Returns lane
+// i's first slot; slots follow lane order. One shared-memory atomic per warp.
+template <int CountBits>
+__device__ __forceinline__ std::uint32_t warp_append(std::uint32_t n, std::uint32_t* counter) {
+  const unsigned lower = (1u << lane_id()) - 1;
+  std::uint32_t below = 0, total = 0;
+#pragma unroll
+  for (int b = 0; b < CountBits; ++b) {
+    const unsigned voters = __ballot_sync(kFullWarp, (n >> b) & 1u);
+    below += static_cast<std::uint32_t>(__popc(voters & lower)) << b;
+    total += static_cast<std::uint32_t>(__popc(voters)) << b;
+  }
+  std::uint32_t base = 0;
+  if (lane_id() == 0 && total != 0) base = atomicAdd(counter, total);
+  return __shfl_sync(kFullWarp, base, 0) + below;
+}
+
+// Warp 0 only: the digit bin (walking down from 255) where the rank-th
+// largest key of the histogram lies; writes prefix | bin << shift and the
+// rank inside that bin to `sh`. Lane l owns bins 255-8l down to 248-8l.
+__device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32_t prefix,
+                                         std::uint32_t rank) {
+  const unsigned lane = lane_id();
+  const int top = kRadixBins - 1 - kBinsPerLane * static_cast<int>(lane);
+  std::uint32_t counts[kBinsPerLane];
+  std::uint32_t sum = 0;
+#pragma unroll
+  for (int i = 0; i < kBinsPerLane; ++i) {
+    counts[i] = sh.histogram[top - i];
+    sum += counts[i];
+  }
+  std::uint32_t inclusive = sum;  // keys in this lane's bins and all higher bins
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d *= 2) {
+    const std::uint32_t v = __shfl_up_sync(kFullWarp, inclusive, d);
+    if (lane >= static_cast<unsigned>(d)) inclusive += v;
+  }
+  const std::uint32_t exclusive = inclusive - sum;
+  // Exactly one lane holds the rank-th key (rank <= keys matching prefix).
+  if (exclusive < rank && rank <= inclusive) {
+    std::uint32_t r = rank - exclusive;
+    int bin = top;
+    bool found = false;
+#pragma unroll
+    for (int i = 0; i < kBinsPerLane; ++i) {
+      if (!found) {
+        if (r <= counts[i]) {
+          found = true;
+          bin = top - i;
+        } else {
+          r -= counts[i];
+        }
+      }
+    }
+    sh.prefix = prefix | (static_cast<std::uint32_t>(bin) << shift);
+    sh.rank = r;
+  }
+}
+
+// Adds one to histogram[bin] for every lane with `counted`; every lane of the
+// warp calls it (converged). Lanes with the same bin are merged first, so a
+// warp costs one shared atomic per distinct bin: the candidates of a row
+// share their high digits, and unmerged atomics on one bin serialise.
+__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+  if (!__any_sync(kFullWarp, counted)) return;
+  const unsigned peers = __match_any_sync(kFullWarp, counted ? bin : kRadixBins);
+  if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
+}
+
+// The k-th largest key (1 <= k <= set size) of the set that
+// `for_each_key(fn)` visits: every thread of the block calls it, and it makes
+// every thread call fn(key, present) the same number of times (converged
+// warps); the set is the keys with present == true. Every thread gets the result.
+// Invariant after each pass: `prefix` holds the fixed digits of the k-th
+// largest key, and it is the `rank`-th largest among keys sharing them.
+// Begins by writing sh.histogram, so the caller must not read `sh` after its
+// own last barrier; ends with a barrier, after which the visited set may be
+// overwritten.
+template <class ForEachKey>
+__device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::uint32_t k,
+                                          RadixShared& sh) {
+  std::uint32_t prefix = 0, fixed = 0, rank = k;
+  for (int shift = kKeyBits - kRadixBits; shift >= 0; shift -= kRadixBits) {
+    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.histogram[b] = 0;
+    __syncthreads();
+    for_each_key([&](std::uint32_t key, bool present) {
+      warp_histogram_add(sh.histogram, present && (key & fixed) == prefix, (key >> shift) & kDigitMask);
+    });
+    __syncthreads();
+    if (threadIdx.x < kWarpSize) pick_bin(sh, shift, prefix, rank);
+    __syncthreads();
+    prefix = sh.prefix;
+    rank = sh.rank;
+    fixed |= kDigitMask << shift;
+  }
+  return {prefix, rank};
+}
+
+}  // namespace dsa::selection::device

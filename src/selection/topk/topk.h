@@ -1,0 +1,48 @@
+// Launcher of the standalone GPU top-k (contract section 5) and its internal
+// test hooks. Not part of the public API: src/api/operators.cpp calls
+// launch_topk with default hooks after validating the arguments.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::selection::topk {
+
+// Which path finished a row (docs/design.md, "GPU top-k").
+enum class RowPath : std::uint32_t {
+  kDirect = 1,    // len <= K: every index, no selection
+  kCertified,     // K <= count(key > tau) <= capacity: select among the candidates
+  kThresholdTie,  // count(> tau) < K <= count(>= tau): the K-th key is tau; ties
+                  //   from the tie buffer
+  kTieRepair,     // as kThresholdTie, deterministic ties, tie buffer overflowed:
+                  //   smallest tied indices selected from the row
+  kUnderflow,     // count(>= tau) < K: all of them, the rest selected from keys < tau
+  kOverflow,      // count(> tau) > capacity: selected from the row's keys > tau
+};
+
+// What one row did, written by the kernel when TopkHooks::trace is set.
+struct RowTrace {
+  RowPath path;
+  std::uint32_t threshold_key;  // tau (0 for kDirect)
+  std::uint32_t count_gt;       // keys > tau in the row
+  std::uint32_t count_eq;       // keys == tau in the row
+  std::uint32_t kth_key;        // key of the K-th largest score (0 for kDirect)
+};
+
+// Test hooks; the operator uses the defaults.
+struct TopkHooks {
+  // Replace the sampled threshold by forced_threshold_key (forces a path:
+  // high -> underflow, 0 -> every key a candidate -> overflow on long rows,
+  // a tied value -> threshold tie).
+  bool force_threshold = false;
+  std::uint32_t forced_threshold_key = 0;
+  RowTrace* trace = nullptr;  // [num_rows] device memory, or null
+};
+
+// Runs dsa::topk on params (already validated; device pointers) on `stream`:
+// one kernel launch, no synchronisation, no allocation. Returns kCudaError
+// if the launch fails.
+Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHooks& hooks = {});
+
+}  // namespace dsa::selection::topk

@@ -1,0 +1,313 @@
+// The standalone top-k kernel: one CTA selects one row (docs/design.md, "GPU
+// top-k"), following the steps of selection/model.h:
+//   1. threshold tau from strided samples (a radix select over the samples);
+//   2. one streaming pass: keys > tau -> candidate buffer, keys == tau -> tie
+//      buffer, exact counts of both;
+//   3. the path the counts prove exact (RowPath), then radix select and
+//      emission of the K winners into shared memory as order keys;
+//   4. optional block radix sort, and the write-out of indices (and values).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "common/keys.h"
+#include "selection/device/candidates.cuh"
+#include "selection/device/radix.cuh"
+#include "selection/topk/config.h"
+#include "selection/topk/topk.h"
+
+namespace dsa::selection::topk {
+
+struct KernelParams {
+  const float* scores;          // [T, stride] fp32
+  std::int64_t stride;          // elements between rows
+  const std::int32_t* ks;       // [T]
+  const std::int32_t* ke;       // [T]
+  std::int32_t* indices;        // [T, K]
+  float* values;                // [T, K] or null
+  bool relative_indices;        // write s - ks[t] instead of s
+  bool smallest_index_ties;     // TieBreak::kSmallestIndex
+  bool sorted;                  // descending score (then ascending index)
+  bool force_threshold;         // TopkHooks
+  std::uint32_t forced_threshold_key;
+  RowTrace* trace;              // [T] or null
+};
+
+// The work of one CTA on one row. Item sets (candidates, ties, row ranges) are
+// visitors: items(fn) makes every thread call fn(key, pos, present) the same
+// number of times, so fn may use warp collectives.
+template <int K>
+class RowSelect {
+ public:
+  using Storage = typename Config<K>::SharedStorage;
+
+  __device__ RowSelect(Storage& sh, const KernelParams& p, const float* row, std::int32_t len)
+      : sh_(sh), p_(p), row_(row), len_(len) {}
+
+  // Rows with len > K: leaves the K winners in sh.out and returns the trace.
+  __device__ RowTrace select() {
+    RowTrace trace{};
+    const std::uint32_t tau = threshold();
+    filter(tau);
+    const std::uint32_t count_gt = sh_.count_gt, count_eq = sh_.count_eq;
+    trace.threshold_key = tau;
+    trace.count_gt = count_gt;
+    trace.count_eq = count_eq;
+    const auto all = [](std::uint32_t, std::int32_t) { return true; };
+    if (count_gt >= K) {
+      // The K-th key is > tau, and every key > tau is a candidate unless the
+      // buffer overflowed; then the row itself is the item set.
+      if (count_gt <= kCandidateCapacity) {
+        trace.path = RowPath::kCertified;
+        trace.kth_key = select_and_emit(candidate_items(count_gt), K);
+      } else {
+        trace.path = RowPath::kOverflow;
+        trace.kth_key = select_and_emit(row_items(tau + 1, kMaxKey), K);
+      }
+    } else if (count_gt + count_eq >= K) {
+      // The K-th key is tau: all keys > tau (count_gt < K <= capacity, all
+      // stored) plus K - count_gt of the keys == tau.
+      trace.kth_key = tau;
+      emit_if(candidate_items(count_gt), all);
+      __syncthreads();
+      const std::uint32_t take = K - count_gt;
+      if (!p_.smallest_index_ties || count_eq <= Config<K>::kTieCapacity) {
+        // kAny needs any `take` ties; min(count_eq, K) >= take are stored.
+        trace.path = RowPath::kThresholdTie;
+        emit_ties(tie_items(min(count_eq, static_cast<std::uint32_t>(Config<K>::kTieCapacity)), tau), tau, take);
+      } else {
+        trace.path = RowPath::kTieRepair;
+        emit_ties(row_items(tau, tau), tau, take);
+      }
+    } else {
+      // Underflow: the count_gt + count_eq < K keys >= tau are all stored and
+      // all selected; the rest is the top of the keys < tau (tau > 0 here,
+      // since len > K keys are >= 0).
+      trace.path = RowPath::kUnderflow;
+      emit_if(candidate_items(count_gt), all);
+      emit_if(tie_items(count_eq, tau), all);
+      trace.kth_key = select_and_emit(row_items(0, tau - 1), K - count_gt - count_eq);
+    }
+    return trace;
+  }
+
+  // Rows with len <= K: every position, then padding.
+  __device__ void direct() {
+    for (int slot = threadIdx.x; slot < K; slot += kThreads) {
+      sh_.out[slot] = slot < len_ ? device::order_key(score_key(__ldg(row_ + slot)), slot) : device::kEmptySlot;
+    }
+  }
+
+  // sh.out (K order keys) -> indices/values of the row, sorted if asked.
+  __device__ void write_out(std::int64_t row_index, std::int32_t ks) {
+    const std::int64_t out_base = row_index * K;
+    const std::int32_t offset = p_.relative_indices ? 0 : ks;
+    const auto write = [&](int slot, std::uint64_t order) {
+      std::int32_t index = -1;
+      float value = -std::numeric_limits<float>::infinity();
+      if (order != device::kEmptySlot) {
+        const std::int32_t pos = device::order_pos(order);
+        index = pos + offset;
+        if (p_.values != nullptr) value = __ldg(row_ + pos);  // the score's own bits
+      }
+      p_.indices[out_base + slot] = index;
+      if (p_.values != nullptr) p_.values[out_base + slot] = value;
+    };
+    // Smallest-index ties promise bit-identical runs, which the atomic slot
+    // order of sh.out is not: that mode writes the sorted order too.
+    if (!p_.sorted && !p_.smallest_index_ties) {
+      for (int slot = threadIdx.x; slot < K; slot += kThreads) write(slot, sh_.out[slot]);
+      return;
+    }
+    constexpr int kPerThread = Config<K>::kSlotsPerThread;
+    std::uint64_t items[kPerThread];
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) items[i] = sh_.out[threadIdx.x * kPerThread + i];
+    // The sort's storage aliases the candidate buffers, which no thread reads
+    // after the barrier that precedes write_out.
+    typename Config<K>::BlockSort(sh_.phase.sort).SortDescendingBlockedToStriped(items);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) write(i * kThreads + threadIdx.x, items[i]);
+  }
+
+ private:
+  static constexpr std::uint32_t kMaxKey = std::numeric_limits<std::uint32_t>::max();
+
+  // S: enough samples that e = S*K/len >= kMinExpectedInTop (then the
+  // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
+  // buffer), within [kMinSamples, kMaxSamples], and at most len.
+  __device__ static std::int32_t sample_count(std::int32_t len) {
+    const std::int64_t wanted = static_cast<std::int64_t>(kMinExpectedInTop) * len / K;
+    const auto clamped = static_cast<std::int32_t>(wanted < kMinSamples   ? kMinSamples
+                                                   : wanted > kMaxSamples ? kMaxSamples
+                                                                          : wanted);
+    return min(len, clamped);
+  }
+
+  // Step 1 (model.h): the sample of rank j = ceil(e + guard * sqrt(e)) + 1,
+  // e = S*K/len, among S midpoint samples; 0 (every key passes) when j > S.
+  // Ends with a barrier in every branch.
+  __device__ std::uint32_t threshold() {
+    const std::int32_t s = sample_count(len_);
+    const double expected = static_cast<double>(s) * K / len_;
+    const double rank = fmax(1.0, ceil(expected + kGuard * sqrt(expected)) + 1.0);
+    if (p_.force_threshold || rank > s) {
+      __syncthreads();  // the counters thread 0 reset are visible to the filter
+      return p_.force_threshold ? p_.forced_threshold_key : 0u;
+    }
+    for (std::int32_t i = threadIdx.x; i < s; i += kThreads) {
+      const std::int64_t pos = (2 * static_cast<std::int64_t>(i) + 1) * len_ / (2 * s);
+      sh_.phase.sample_keys[i] = score_key(__ldg(row_ + pos));
+    }
+    __syncthreads();
+    const auto samples = [&](auto&& fn) {
+      for (std::int32_t base = 0; base < s; base += kThreads) {
+        const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
+        fn(i < s ? sh_.phase.sample_keys[i] : 0u, i < s);
+      }
+    };
+    // Ends with a barrier: the candidate buffers may overwrite the samples.
+    return device::block_radix_select(samples, static_cast<std::uint32_t>(rank), sh_.radix).kth_key;
+  }
+
+  // Step 2: one pass over the row; exact counts land in sh.count_gt/count_eq.
+  __device__ void filter(std::uint32_t tau) {
+    const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos, kCandidateCapacity,
+                                     &sh_.gt_slots, sh_.tie_pos, Config<K>::kTieCapacity, &sh_.tie_slots};
+    std::uint32_t count_gt = 0, count_eq = 0;
+    const auto pass = [&](const auto& threshold) {
+      device::for_each_row_batch<kThreads, kLoadUnroll>(row_, len_, [&](const auto& batch) {
+        device::filter_batch(batch, threshold, sink, count_gt, count_eq);
+      });
+    };
+    if (device::float_comparable(tau)) {
+      pass(device::FloatThreshold{key_score(tau)});
+    } else {
+      pass(device::KeyThreshold{tau});
+    }
+    count_gt = __reduce_add_sync(device::kFullWarp, count_gt);
+    count_eq = __reduce_add_sync(device::kFullWarp, count_eq);
+    if (device::lane_id() == 0) {
+      atomicAdd(&sh_.count_gt, count_gt);
+      atomicAdd(&sh_.count_eq, count_eq);
+    }
+    __syncthreads();
+  }
+
+  // The first n stored candidates (n <= capacity).
+  __device__ auto candidate_items(std::uint32_t n) {
+    return [this, n](auto&& fn) {
+      for (std::uint32_t base = 0; base < n; base += kThreads) {
+        const std::uint32_t i = base + threadIdx.x;
+        const bool present = i < n;
+        fn(present ? sh_.phase.candidates.keys[i] : 0u, present ? sh_.phase.candidates.pos[i] : 0, present);
+      }
+    };
+  }
+
+  // The first n stored tie positions, all with key tau (n <= tie capacity).
+  __device__ auto tie_items(std::uint32_t n, std::uint32_t tau) {
+    return [this, n, tau](auto&& fn) {
+      for (std::uint32_t base = 0; base < n; base += kThreads) {
+        const std::uint32_t i = base + threadIdx.x;
+        const bool present = i < n;
+        fn(tau, present ? sh_.tie_pos[i] : 0, present);
+      }
+    };
+  }
+
+  // The row's elements with lo <= key <= hi, read from global memory (repairs:
+  // one 16-byte load per round, as the emission inside fn needs registers).
+  __device__ auto row_items(std::uint32_t lo, std::uint32_t hi) {
+    return [this, lo, hi](auto&& fn) {
+      device::for_each_row_batch<kThreads, kRepairLoadUnroll>(row_, len_, [&](const auto& batch) {
+#pragma unroll
+        for (int e = 0; e < batch.kElements; ++e) {
+          const std::uint32_t key = score_key(batch.at(e));
+          fn(key, batch.pos(e), batch.present(e) && lo <= key && key <= hi);
+        }
+      });
+    };
+  }
+
+  // Appends every present item with pred(key, pos) to sh.out. Slots past K
+  // are dropped: only kAny ties reach them (emit_ties).
+  template <class Items, class Pred>
+  __device__ void emit_if(const Items& items, const Pred& pred) {
+    items([&](std::uint32_t key, std::int32_t pos, bool present) {
+      const bool take = present && pred(key, pos);
+      if (__any_sync(device::kFullWarp, take)) {
+        const std::uint32_t slot = device::warp_append<1>(take ? 1u : 0u, &sh_.emitted);
+        if (take && slot < K) sh_.out[slot] = device::order_key(key, pos);
+      }
+    });
+  }
+
+  // Appends `take` of the items with key == kth. Every other winner must be
+  // emitted (and a barrier passed) before: kAny ties race for the last
+  // `take` slots below K. Smallest-index ties: the cut is the take-th largest
+  // ~pos among the tied items (distinct, so exactly `take` pass it).
+  template <class Items>
+  __device__ void emit_ties(const Items& items, std::uint32_t kth, std::uint32_t take) {
+    if (!p_.smallest_index_ties) {
+      emit_if(items, [kth](std::uint32_t key, std::int32_t) { return key == kth; });
+      return;
+    }
+    const auto tied_order_keys = [&](auto&& fn) {
+      items([&](std::uint32_t key, std::int32_t pos, bool present) {
+        fn(device::index_order_key(pos), present && key == kth);
+      });
+    };
+    const std::uint32_t cut = device::block_radix_select(tied_order_keys, take, sh_.radix).kth_key;
+    emit_if(items, [kth, cut](std::uint32_t key, std::int32_t pos) {
+      return key == kth && device::index_order_key(pos) >= cut;
+    });
+  }
+
+  // Steps 4-5 over an item set that holds the answer: emits its top k and
+  // returns the k-th largest key.
+  template <class Items>
+  __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k) {
+    const auto keys = [&](auto&& fn) {
+      items([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
+    };
+    const device::RadixResult kth = device::block_radix_select(keys, k, sh_.radix);
+    emit_if(items, [&](std::uint32_t key, std::int32_t) { return key > kth.kth_key; });
+    __syncthreads();
+    emit_ties(items, kth.kth_key, kth.take_equal);
+    return kth.kth_key;
+  }
+
+  Storage& sh_;
+  const KernelParams& p_;
+  const float* row_;   // scores of positions 0 .. len-1 (key index ks + pos)
+  std::int32_t len_;
+};
+
+template <int K>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) topk_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto& sh = *reinterpret_cast<typename Config<K>::SharedStorage*>(smem);
+  const std::int64_t t = blockIdx.x;
+  const std::int32_t ks = p.ks[t];
+  const std::int32_t len = p.ke[t] - ks;
+  RowSelect<K> row(sh, p, p.scores + t * p.stride + ks, len);
+  if (threadIdx.x == 0) {
+    sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
+  }
+  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0};
+  if (len <= K) {
+    row.direct();
+  } else {
+    trace = row.select();
+  }
+  __syncthreads();  // sh.out is complete
+  row.write_out(t, ks);
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
+}
+
+}  // namespace dsa::selection::topk

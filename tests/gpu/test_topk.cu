@@ -1,0 +1,479 @@
+// The CUDA standalone top-k against the one exact checker: every score
+// distribution, K, boundary length, layout and option; every path of the
+// kernel forced and observed through its trace; determinism; long rows.
+// Tests named TopkGpuLong.* are left out of the sanitizer runs (size).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/keys.h"
+#include "device_array.h"
+#include "dsa_topk/dsa_topk.h"
+#include "selection/topk/topk.h"
+#include "tools/checker.h"
+#include "tools/generators.h"
+#include "tools/problem.h"
+
+namespace dsa {
+namespace {
+
+using selection::topk::RowPath;
+using selection::topk::RowTrace;
+using selection::topk::TopkHooks;
+using tools::Distribution;
+using tools::Layout;
+using tools::ScoresProblem;
+
+constexpr int kAllK[] = {512, 1024, 2048};
+using testing::DeviceArray;
+
+struct GpuResult {
+  tools::TopkOutput out;
+  std::vector<RowTrace> trace;  // [T] when run through the hooks
+};
+
+// Runs the problem on the GPU: through the public dsa::topk when `hooks` is
+// null, else through the launcher with the hooks and a trace.
+GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool want_values,
+                  const TopkHooks* hooks = nullptr) {
+  const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
+  DeviceArray<float> scores(prob.scores.size()), values(want_values ? out_elems : 0);
+  DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(out_elems);
+  DeviceArray<RowTrace> trace(hooks ? prob.T : 0);
+  scores.upload(prob.scores);
+  ks.upload(prob.ks);
+  ke.upload(prob.ke);
+  indices.poison();
+  if (want_values) values.poison();
+  TopkParams p = prob.params(indices.get(), values.get(), options);
+  p.scores = scores.get();
+  p.ks = ks.get();
+  p.ke = ke.get();
+  Status st;
+  if (hooks == nullptr) {
+    ExecutionContext ctx;
+    ctx.backend = Backend::kCuda;
+    st = topk(p, ctx);
+  } else {
+    trace.poison();
+    TopkHooks h = *hooks;
+    h.trace = trace.get();
+    st = selection::topk::launch_topk(p, nullptr, h);
+  }
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  GpuResult r;
+  r.out.T = prob.T;
+  r.out.K = options.k;
+  r.out.indices = indices.download();
+  if (want_values) r.out.values = values.download();
+  if (hooks) r.trace = trace.download();
+  return r;
+}
+
+tools::CheckReport check(const ScoresProblem& prob, const SelectOptions& options, const tools::TopkOutput& out) {
+  tools::CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = tools::dense_row_scores(prob.scores.data(), prob.stride, prob.ks.data(), prob.ke.data());
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return tools::check_topk(in);
+}
+
+#define EXPECT_EXACT(prob, options, out)                                        \
+  do {                                                                          \
+    const tools::CheckReport report_ = check((prob), (options), (out));         \
+    EXPECT_TRUE(report_.ok()) << report_.summary();                             \
+  } while (0)
+
+SelectOptions make_options(int k, TieBreak ties, IndexBase base, bool sorted) {
+  SelectOptions o;
+  o.k = k;
+  o.ties = ties;
+  o.index_base = base;
+  o.sorted = sorted;
+  return o;
+}
+
+// A problem with `T` rows of `len` scores each (full rows, stride len + pad
+// NaN poison), element (t, s) = fill(t, s).
+template <typename Fill>
+ScoresProblem custom_problem(std::int64_t T, std::int64_t len, Fill fill) {
+  ScoresProblem p;
+  p.name = "custom";
+  p.T = T;
+  p.N = len;
+  p.stride = len + 4;
+  p.scores.assign(T * p.stride, std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t t = 0; t < T; ++t) {
+    p.ks.push_back(0);
+    p.ke.push_back(static_cast<std::int32_t>(len));
+    for (std::int64_t s = 0; s < len; ++s) p.scores[t * p.stride + s] = fill(t, s);
+  }
+  return p;
+}
+
+// Distinct scores in a row-dependent scrambled order.
+float scrambled(std::int64_t t, std::int64_t s, std::int64_t len) {
+  return static_cast<float>((s * 7919 + t * 104729) % len);
+}
+
+void expect_paths(const GpuResult& r, const ScoresProblem& prob, int K, RowPath want) {
+  for (std::int64_t t = 0; t < prob.T; ++t) {
+    const RowPath got = r.trace[t].path;
+    const RowPath expected = prob.ke[t] - prob.ks[t] <= K ? RowPath::kDirect : want;
+    EXPECT_EQ(static_cast<int>(got), static_cast<int>(expected)) << "row " << t;
+  }
+}
+
+// ------------------------------------------------------------ coverage ----
+
+// Every distribution x every K on boundary lengths {0, 1, K-1, K, K+1} and
+// random ones, with two option sets that together cover every option.
+TEST(TopkGpu, AllDistributionsAllKBoundaryLengths) {
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : kAllK) {
+      tools::ProblemSpec spec;
+      spec.dist = dist;
+      spec.layout = Layout::kBoundary;
+      spec.T = 24;
+      spec.N = 3 * K + 77;
+      spec.K = K;
+      spec.seed = 11 + K;
+      const ScoresProblem prob = tools::make_scores_problem(spec);
+      for (const SelectOptions& o : {make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false),
+                                     make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, true)}) {
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) +
+                     (o.sorted ? " deterministic/relative/sorted" : " any/absolute"));
+        EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+      }
+    }
+  }
+}
+
+TEST(TopkGpu, EveryLayout) {
+  for (Layout layout : {Layout::kCausalSuffix, Layout::kVarlenBatch, Layout::kContextParallel, Layout::kFull}) {
+    for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kDeadRelu}) {
+      for (int K : {512, 2048}) {
+        tools::ProblemSpec spec;
+        spec.dist = dist;
+        spec.layout = layout;
+        spec.T = 16;
+        spec.N = 20011;
+        spec.K = K;
+        spec.seed = 5;
+        const ScoresProblem prob = tools::make_scores_problem(spec);
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
+          SCOPED_TRACE(std::string(tools::to_string(layout)) + " " + std::string(tools::to_string(dist)) +
+                       " K=" + std::to_string(K) + (ties == TieBreak::kAny ? " any" : " deterministic"));
+          EXPECT_EXACT(prob, o, run_gpu(prob, o, false).out);
+        }
+      }
+    }
+  }
+}
+
+// Every combination of ties, index base, sorted and values on one problem.
+TEST(TopkGpu, OptionMatrix) {
+  tools::ProblemSpec spec;
+  spec.dist = Distribution::kSmallInteger;  // many ties at the K-th score
+  spec.layout = Layout::kVarlenBatch;
+  spec.T = 12;
+  spec.N = 10007;
+  spec.K = 1024;
+  const ScoresProblem prob = tools::make_scores_problem(spec);
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
+      for (bool sorted : {false, true}) {
+        for (bool values : {false, true}) {
+          const SelectOptions o = make_options(1024, ties, base, sorted);
+          SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
+                                            << static_cast<int>(base) << " sorted " << sorted << " values " << values);
+          EXPECT_EXACT(prob, o, run_gpu(prob, o, values).out);
+        }
+      }
+    }
+  }
+}
+
+// Row starts at every alignment and lengths around the 16-byte groups: the
+// scalar head/tail path of the row reader.
+TEST(TopkGpu, UnalignedHeadsAndTails) {
+  const int K = 512;
+  ScoresProblem prob;
+  prob.T = 32;
+  prob.N = K + 16;
+  prob.stride = prob.N + 3;  // successive rows start at every 16-byte phase too
+  prob.scores.assign(prob.T * prob.stride, std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t t = 0; t < prob.T; ++t) {
+    const auto ks = static_cast<std::int32_t>(t % 4);
+    const auto len = static_cast<std::int32_t>(K - 2 + t / 2);
+    prob.ks.push_back(ks);
+    prob.ke.push_back(ks + len);
+    for (std::int32_t s = 0; s < len; ++s) prob.scores[t * prob.stride + ks + s] = scrambled(t, s, len);
+  }
+  for (bool sorted : {false, true}) {
+    const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, sorted);
+    EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+  }
+}
+
+// NaN ranks as -inf, -0 equals +0, infinities; values keep the scores' bits.
+TEST(TopkGpu, NonFiniteAndSignedZeroScores) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::int64_t len = 3000;
+  const ScoresProblem prob = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
+    switch ((s * 31 + t) % 7) {
+      case 0: return nan;
+      case 1: return -0.0f;
+      case 2: return 0.0f;
+      case 3: return (s % 50 == 0) ? inf : -inf;
+      case 4: return -nan;
+      default: return (t == 3) ? nan : scrambled(t, s, len) - 1500.0f;  // row 3: almost all NaN
+    }
+  });
+  for (int K : kAllK) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+      EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+    }
+  }
+}
+
+// ------------------------------------------------------ forced paths -------
+
+// Threshold too high: no key reaches it (the largest key belongs to a NaN),
+// every row is an underflow selected from the keys < tau of the whole row.
+TEST(TopkGpu, ForcedUnderflowNoCandidates) {
+  tools::ProblemSpec spec;
+  spec.dist = Distribution::kSmallInteger;
+  spec.layout = Layout::kBoundary;
+  spec.T = 12;
+  spec.N = 9000;
+  for (int K : kAllK) {
+    spec.K = K;
+    const ScoresProblem prob = tools::make_scores_problem(spec);
+    TopkHooks hooks;
+    hooks.force_threshold = true;
+    hooks.forced_threshold_key = 0xFFFFFFFFu;
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kRelative, false);
+      const GpuResult r = run_gpu(prob, o, true, &hooks);
+      EXPECT_EXACT(prob, o, r.out);
+      expect_paths(r, prob, K, RowPath::kUnderflow);
+    }
+  }
+}
+
+// Threshold with about K/2 keys above it and 4 equal to it: the underflow
+// path takes the candidates, the tie entries and the top of the rest.
+TEST(TopkGpu, ForcedUnderflowPartialCandidates) {
+  const int K = 2048;
+  const std::int64_t len = 50000, copies = 4, top_value = len / copies - 1;
+  const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    return std::floor(scrambled(t, s, len) / copies);  // every value `copies` times: ties at every cut
+  });
+  const std::int64_t tau_value = (len - K / 2) / copies;
+  TopkHooks hooks;
+  hooks.force_threshold = true;
+  hooks.forced_threshold_key = score_key(static_cast<float>(tau_value));
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+    const GpuResult r = run_gpu(prob, o, true, &hooks);
+    EXPECT_EXACT(prob, o, r.out);
+    expect_paths(r, prob, K, RowPath::kUnderflow);
+    for (const RowTrace& tr : r.trace) {
+      EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(copies * (top_value - tau_value)));
+      EXPECT_EQ(tr.count_eq, static_cast<std::uint32_t>(copies));
+    }
+  }
+}
+
+// Threshold too low: every key passes (tau = 0) and rows longer than the
+// candidate buffer overflow; the answer is selected from the row itself.
+TEST(TopkGpu, ForcedOverflowAllPass) {
+  for (Distribution dist : {Distribution::kModelLike, Distribution::kTies}) {
+    tools::ProblemSpec spec;
+    spec.dist = dist;
+    spec.layout = Layout::kFull;
+    spec.T = 6;
+    spec.N = 20000;  // > kCandidateCapacity
+    const ScoresProblem prob = tools::make_scores_problem(spec);
+    TopkHooks hooks;
+    hooks.force_threshold = true;
+    hooks.forced_threshold_key = 0;
+    for (int K : {512, 2048}) {
+      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+        const GpuResult r = run_gpu(prob, o, true, &hooks);
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, RowPath::kOverflow);
+      }
+    }
+  }
+}
+
+// The same forced tau = 0 on rows that fit the buffer: every key is a
+// candidate and the certificate holds.
+TEST(TopkGpu, ForcedAllPassFitsBuffer) {
+  tools::ProblemSpec spec;
+  spec.layout = Layout::kFull;
+  spec.T = 4;
+  spec.N = 8000;
+  const ScoresProblem prob = tools::make_scores_problem(spec);
+  TopkHooks hooks;
+  hooks.force_threshold = true;
+  const SelectOptions o = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, false);
+  const GpuResult r = run_gpu(prob, o, false, &hooks);
+  EXPECT_EXACT(prob, o, r.out);
+  expect_paths(r, prob, 2048, RowPath::kCertified);
+}
+
+// All-equal rows, unforced: tau is the value, count(> tau) = 0 and
+// count(== tau) = len. kAny takes ties from the tie buffer; smallest-index
+// ties with len > K find them in the row (tie repair).
+TEST(TopkGpu, AllEqualRows) {
+  const ScoresProblem prob = custom_problem(5, 7000, [](std::int64_t t, std::int64_t) {
+    return t == 4 ? -0.0f : 1.5f * static_cast<float>(t + 1);
+  });
+  for (int K : kAllK) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kRelative, true);
+      TopkHooks hooks;  // observe only
+      const GpuResult r = run_gpu(prob, o, true, &hooks);
+      EXPECT_EXACT(prob, o, r.out);
+      expect_paths(r, prob, K, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+    }
+  }
+}
+
+// Threshold at a tied value with fewer ties than the tie buffer holds: the
+// deterministic cut runs over the tie buffer.
+TEST(TopkGpu, ForcedThresholdTieInBuffer) {
+  const int K = 2048;
+  const std::int64_t len = 9000;
+  // 1000 distinct large scores, 1500 copies of 5.0, the rest below.
+  const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % len;
+    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
+  });
+  TopkHooks hooks;
+  hooks.force_threshold = true;
+  hooks.forced_threshold_key = score_key(5.0f);
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
+    const GpuResult r = run_gpu(prob, o, true, &hooks);
+    EXPECT_EXACT(prob, o, r.out);
+    expect_paths(r, prob, K, RowPath::kThresholdTie);
+  }
+}
+
+// The design has no segments (one CTA reads the whole row into one buffer),
+// so "one segment flooded" maps to the top values concentrated in one
+// contiguous block: the whole top lies in one stretch of the row.
+TEST(TopkGpu, ConcentratedTopValues) {
+  const std::int64_t len = 200000;
+  const ScoresProblem prob = custom_problem(2, len, [&](std::int64_t t, std::int64_t s) {
+    const bool hot = s >= 90000 + t * 1000 && s < 90000 + t * 1000 + 6000;
+    return hot ? 1000.0f + static_cast<float>(s % 977) : -static_cast<float>(s % 1009);
+  });
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, true);
+    TopkHooks hooks;
+    const GpuResult r = run_gpu(prob, o, true, &hooks);
+    EXPECT_EXACT(prob, o, r.out);
+  }
+}
+
+// ------------------------------------------------------- determinism -------
+
+// Smallest-index ties: two runs are bit-identical, and a row's result does
+// not depend on the other rows of the batch.
+TEST(TopkGpu, DeterministicBitIdenticalAndRowIndependent) {
+  tools::ProblemSpec spec;
+  spec.dist = Distribution::kTies;
+  spec.layout = Layout::kVarlenBatch;
+  spec.T = 24;
+  spec.N = 30000;
+  const ScoresProblem prob = tools::make_scores_problem(spec);
+  const SelectOptions o = make_options(1024, TieBreak::kSmallestIndex, IndexBase::kAbsolute, false);
+  const GpuResult a = run_gpu(prob, o, true), b = run_gpu(prob, o, true);
+  EXPECT_EXACT(prob, o, a.out);
+  EXPECT_EQ(a.out.indices, b.out.indices);
+  EXPECT_EQ(0, std::memcmp(a.out.values.data(), b.out.values.data(), a.out.values.size() * sizeof(float)));
+  // Each row alone, and the batch reversed.
+  ScoresProblem reversed = prob;
+  for (std::int64_t t = 0; t < prob.T; ++t) {
+    const std::int64_t from = prob.T - 1 - t;
+    std::copy_n(&prob.scores[from * prob.stride], prob.stride, &reversed.scores[t * prob.stride]);
+    reversed.ks[t] = prob.ks[from];
+    reversed.ke[t] = prob.ke[from];
+  }
+  const GpuResult rev = run_gpu(reversed, o, false);
+  for (std::int64_t t = 0; t < prob.T; ++t) {
+    const std::int64_t from = prob.T - 1 - t;
+    EXPECT_TRUE(std::equal(&rev.out.indices[t * o.k], &rev.out.indices[(t + 1) * o.k], &a.out.indices[from * o.k]))
+        << "row " << from;
+  }
+  ScoresProblem single = prob;
+  const std::int64_t row = 7;
+  single.T = 1;
+  single.scores.assign(&prob.scores[row * prob.stride], &prob.scores[(row + 1) * prob.stride]);
+  single.ks = {prob.ks[row]};
+  single.ke = {prob.ke[row]};
+  const GpuResult one = run_gpu(single, o, false);
+  EXPECT_TRUE(std::equal(one.out.indices.begin(), one.out.indices.end(), &a.out.indices[row * o.k]));
+}
+
+// ------------------------------------------------------------ long rows -----
+
+// Rows up to 1M keys, every K, unforced; the trace shows the fast path.
+TEST(TopkGpuLong, MillionKeyRows) {
+  for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kDeadRelu,
+                            Distribution::kShifted}) {
+    tools::ProblemSpec spec;
+    spec.dist = dist;
+    spec.layout = Layout::kCausalSuffix;
+    spec.T = 3;
+    spec.N = 1 << 20;
+    const ScoresProblem prob = tools::make_scores_problem(spec);
+    for (int K : kAllK) {
+      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, K == 2048);
+        TopkHooks hooks;
+        const GpuResult r = run_gpu(prob, o, true, &hooks);
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K));
+        EXPECT_EXACT(prob, o, r.out);
+        for (const RowTrace& tr : r.trace) {
+          EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow));
+          EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kUnderflow));
+        }
+      }
+    }
+  }
+}
+
+TEST(TopkGpuLong, CausalBatch128K) {
+  tools::ProblemSpec spec;
+  spec.layout = Layout::kCausalSuffix;
+  spec.T = 64;
+  spec.N = 131072;
+  const ScoresProblem prob = tools::make_scores_problem(spec);
+  const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kRelative, false);
+  EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+}
+
+}  // namespace
+}  // namespace dsa
