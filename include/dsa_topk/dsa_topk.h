@@ -94,19 +94,23 @@ struct ExecutionContext {
   int num_threads = 0;            // kCpu: worker threads, 0 = hardware concurrency
   void* workspace = nullptr;      // at least *_workspace_size() bytes; may be null
   std::size_t workspace_bytes = 0;//   when that size is 0. Backend-side memory.
+  // kCuda: validate every row's [ks, ke) before launching, which reads ks/ke
+  // back with a device-to-host copy and synchronises `stream`. false skips
+  // that (CUDA graph capture, hot loops): the kernels then clamp each row to
+  // [0, N) so memory stays safe, but a row with an invalid range gets an
+  // unspecified (in-bounds) result. kCpu always validates.
+  bool check_ranges = true;
 };
 
-// ------------------------------------------------------ indexer top-k -------
+// ------------------------------------------------------ indexer inputs -----
 //
 // For every row t and key s in [ks[t], ke[t]):
 //   score(t, s) = k_scale[s] * sum_{h<H} w[t, h] * ReLU(sum_{d<D} q[t, h, d] * k[s, d])
-// returns the indices of the K highest scores of row t.
-struct IndexerTopkParams {
-  // ---- inputs
+struct IndexerInputs {
   const std::uint8_t* q = nullptr;       // [T, H, D] FP8 e4m3fn, contiguous, 16-byte aligned
   const std::uint8_t* k = nullptr;       // [N, D] FP8 e4m3fn, rows k_row_stride bytes apart,
                                          //   16-byte aligned
-  const float* k_scale = nullptr;        // [N] fp32, finite and > 0
+  const float* k_scale = nullptr;        // [N] fp32, finite and > 0, 16-byte aligned
   const float* w = nullptr;              // [T, H] fp32, any sign, contiguous
   const std::int32_t* ks = nullptr;      // [T] int32, 0 <= ks[t] <= ke[t]
   const std::int32_t* ke = nullptr;      // [T] int32, ke[t] <= N
@@ -115,7 +119,11 @@ struct IndexerTopkParams {
   int num_heads = 64;                    // H, one of kSupportedHeads
   int head_dim = kHeadDim;               // D, must be kHeadDim
   std::int64_t k_row_stride = kHeadDim;  // bytes between k rows: >= D, multiple of 16
-  // ---- outputs
+};
+
+// ------------------------------------------------------ indexer top-k -------
+// Returns, per row, the indices of the K highest scores.
+struct IndexerTopkParams : IndexerInputs {
   std::int32_t* indices = nullptr;       // [T, K] int32: min(K, len) distinct indices,
                                          //   then -1 padding
   float* values = nullptr;               // [T, K] fp32 or null: scores of `indices`,
@@ -126,6 +134,17 @@ struct IndexerTopkParams {
 Status indexer_topk_workspace_size(const IndexerTopkParams& params, Backend backend,
                                    std::size_t* bytes);
 Status indexer_topk(const IndexerTopkParams& params, const ExecutionContext& ctx);
+
+// ------------------------------------------------------ indexer scores -----
+// The scores themselves: the unfused pipeline's first stage. Entries of a row
+// outside [ks[t], ke[t]) are not written. The CUDA backend's scores are
+// bit-identical to the fused operator's (they share the arithmetic).
+struct IndexerScoresParams : IndexerInputs {
+  float* scores = nullptr;               // [T, score_stride] fp32, 4-byte aligned
+  std::int64_t score_stride = 0;         // elements between rows, >= N
+};
+
+Status indexer_scores(const IndexerScoresParams& params, const ExecutionContext& ctx);
 
 // ------------------------------------------------------ standalone top-k ----
 //
@@ -152,6 +171,7 @@ Status topk(const TopkParams& params, const ExecutionContext& ctx);
 // validate without running. For Backend::kCuda the per-row range rules read
 // ks/ke from device memory with a synchronous copy; see docs/design.md.
 Status validate(const IndexerTopkParams& params, Backend backend);
+Status validate(const IndexerScoresParams& params, Backend backend);
 Status validate(const TopkParams& params, Backend backend);
 
 // Whether this process can run Backend::kCuda (a device is present and the

@@ -6,8 +6,11 @@
 
 #include "api/cuda_runtime.h"
 #include "api/status_macros.h"
+#include "api/validate.h"
 #include "dsa_topk/dsa_topk.h"
 #include "reference/cpu_reference.h"
+#include "scoring/scoring.h"
+#include "selection/topk/topk.h"
 
 namespace dsa {
 namespace {
@@ -74,22 +77,33 @@ Status indexer_topk_workspace_size(const IndexerTopkParams& params, Backend back
 
 Status topk_workspace_size(const TopkParams& params, Backend backend, std::size_t* bytes) {
   if (bytes == nullptr) return {StatusCode::kInvalidArgument, "bytes: must not be null"};
-  *bytes = 0;
+  *bytes = 0;  // both backends: the CUDA kernel keeps all its scratch in shared memory
   return Status::Ok();
 }
 
 Status indexer_topk(const IndexerTopkParams& params, const ExecutionContext& ctx) {
-  DSA_RETURN_IF_ERROR(validate(params, ctx.backend));
+  DSA_RETURN_IF_ERROR(validate(params, ctx.backend, RangeCheck{ctx.check_ranges, ctx.stream}));
   if (ctx.backend == Backend::kCuda) return cuda_not_available_yet("indexer_topk");
   if (params.options.check_finite) DSA_RETURN_IF_ERROR(check_finite_indexer(params));
   return reference::indexer_topk_cpu(params, ctx.num_threads);
 }
 
 Status topk(const TopkParams& params, const ExecutionContext& ctx) {
-  DSA_RETURN_IF_ERROR(validate(params, ctx.backend));
-  if (ctx.backend == Backend::kCuda) return cuda_not_available_yet("topk");
+  DSA_RETURN_IF_ERROR(validate(params, ctx.backend, RangeCheck{ctx.check_ranges, ctx.stream}));
+  if (ctx.backend == Backend::kCuda) {
+    if (params.options.check_finite) {
+      return {StatusCode::kUnsupported, "options.check_finite: not available on the CUDA backend yet"};
+    }
+    return selection::topk::launch_topk(params, ctx.stream);
+  }
   if (params.options.check_finite) DSA_RETURN_IF_ERROR(check_finite_scores(params));
   return reference::topk_cpu(params, ctx.num_threads);
+}
+
+Status indexer_scores(const IndexerScoresParams& params, const ExecutionContext& ctx) {
+  DSA_RETURN_IF_ERROR(validate(params, ctx.backend, RangeCheck{ctx.check_ranges, ctx.stream}));
+  if (ctx.backend == Backend::kCuda) return scoring::launch_indexer_scores(params, ctx.stream);
+  return reference::indexer_scores_cpu(params, ctx.num_threads);
 }
 
 bool cuda_backend_available(std::string* why) {

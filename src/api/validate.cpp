@@ -9,6 +9,7 @@
 
 #include "api/cuda_runtime.h"
 #include "api/status_macros.h"
+#include "api/validate.h"
 #include "dsa_topk/dsa_topk.h"
 
 namespace dsa {
@@ -55,25 +56,25 @@ Status check_pointer(const char* arg, const void* ptr, bool non_empty, std::size
 }
 
 // `*data` as host-readable memory: device arrays are copied into `*copy`.
-Status readable_on_host(const std::int32_t*& data, std::int64_t rows, Backend backend,
+Status readable_on_host(const std::int32_t*& data, std::int64_t rows, Backend backend, CUstream_st* stream,
                         std::vector<std::int32_t>* copy) {
   if (backend != Backend::kCuda || detail::memory_kind(data) != detail::MemoryKind::kDevice) {
     return Status::Ok();
   }
   copy->resize(static_cast<std::size_t>(rows));
-  DSA_RETURN_IF_ERROR(detail::copy_to_host(copy->data(), data, copy->size() * sizeof(std::int32_t), nullptr));
+  DSA_RETURN_IF_ERROR(detail::copy_to_host(copy->data(), data, copy->size() * sizeof(std::int32_t), stream));
   data = copy->data();
   return Status::Ok();
 }
 
 // Per-row ranges 0 <= ks[t] <= ke[t] <= n. On the CUDA backend the ranges live
 // in device memory and are copied to the host for this check.
-Status check_ranges(const std::int32_t* ks, const std::int32_t* ke, std::int64_t rows,
-                    std::int64_t n, const char* n_name, Backend backend) {
-  if (rows == 0) return Status::Ok();
+Status check_ranges(const std::int32_t* ks, const std::int32_t* ke, std::int64_t rows, std::int64_t n,
+                    const char* n_name, Backend backend, const RangeCheck& ranges) {
+  if (rows == 0 || (backend == Backend::kCuda && !ranges.enabled)) return Status::Ok();
   std::vector<std::int32_t> host_ks, host_ke;
-  DSA_RETURN_IF_ERROR(readable_on_host(ks, rows, backend, &host_ks));
-  DSA_RETURN_IF_ERROR(readable_on_host(ke, rows, backend, &host_ke));
+  DSA_RETURN_IF_ERROR(readable_on_host(ks, rows, backend, ranges.stream, &host_ks));
+  DSA_RETURN_IF_ERROR(readable_on_host(ke, rows, backend, ranges.stream, &host_ke));
   for (std::int64_t t = 0; t < rows; ++t) {
     const std::string row = "[" + std::to_string(t) + "]";
     const std::string values = " (ks=" + std::to_string(ks[t]) + ", ke=" + std::to_string(ke[t]) + ")";
@@ -93,9 +94,8 @@ Status check_supported_heads(int heads) {
   return invalid("num_heads", "must be 32 or 64 (got " + std::to_string(heads) + ")");
 }
 
-}  // namespace
-
-Status validate(const IndexerTopkParams& p, Backend backend) {
+// The rules every indexer operator shares (contract section 3).
+Status validate_inputs(const IndexerInputs& p, Backend backend) {
   DSA_RETURN_IF_ERROR(check_count("num_queries", p.num_queries, kMaxIndex));
   DSA_RETURN_IF_ERROR(check_count("num_keys", p.num_keys, kMaxIndex));
   DSA_RETURN_IF_ERROR(check_supported_heads(p.num_heads));
@@ -106,20 +106,40 @@ Status validate(const IndexerTopkParams& p, Backend backend) {
     return invalid("k_row_stride", "must be >= head_dim and a multiple of 16 bytes (got " +
                                        std::to_string(p.k_row_stride) + ")");
   }
-  DSA_RETURN_IF_ERROR(check_k(p.options));
   const bool rows = p.num_queries > 0, keys = p.num_keys > 0;
   DSA_RETURN_IF_ERROR(check_pointer("q", p.q, rows, 16, backend));
   DSA_RETURN_IF_ERROR(check_pointer("k", p.k, keys, 16, backend));
-  DSA_RETURN_IF_ERROR(check_pointer("k_scale", p.k_scale, keys, 4, backend));
+  DSA_RETURN_IF_ERROR(check_pointer("k_scale", p.k_scale, keys, 16, backend));
   DSA_RETURN_IF_ERROR(check_pointer("w", p.w, rows, 4, backend));
   DSA_RETURN_IF_ERROR(check_pointer("ks", p.ks, rows, 4, backend));
-  DSA_RETURN_IF_ERROR(check_pointer("ke", p.ke, rows, 4, backend));
-  DSA_RETURN_IF_ERROR(check_pointer("indices", p.indices, rows, 4, backend));
-  DSA_RETURN_IF_ERROR(check_pointer("values", p.values, false, 4, backend));
-  return check_ranges(p.ks, p.ke, p.num_queries, p.num_keys, "num_keys", backend);
+  return check_pointer("ke", p.ke, rows, 4, backend);
 }
 
-Status validate(const TopkParams& p, Backend backend) {
+}  // namespace
+
+Status validate(const IndexerTopkParams& p, Backend backend, const RangeCheck& ranges) {
+  DSA_RETURN_IF_ERROR(validate_inputs(p, backend));
+  DSA_RETURN_IF_ERROR(check_k(p.options));
+  const bool rows = p.num_queries > 0;
+  DSA_RETURN_IF_ERROR(check_pointer("indices", p.indices, rows, 4, backend));
+  DSA_RETURN_IF_ERROR(check_pointer("values", p.values, false, 4, backend));
+  return check_ranges(p.ks, p.ke, p.num_queries, p.num_keys, "num_keys", backend, ranges);
+}
+
+Status validate(const IndexerScoresParams& p, Backend backend, const RangeCheck& ranges) {
+  DSA_RETURN_IF_ERROR(validate_inputs(p, backend));
+  if (p.score_stride < p.num_keys) {
+    return invalid("score_stride", "must be >= num_keys (got " + std::to_string(p.score_stride) + " < " +
+                                       std::to_string(p.num_keys) + ")");
+  }
+  if (p.num_queries > 0 && p.score_stride > std::numeric_limits<std::int64_t>::max() / 4 / p.num_queries) {
+    return invalid("score_stride", "num_queries * score_stride * 4 bytes overflows int64");
+  }
+  DSA_RETURN_IF_ERROR(check_pointer("scores", p.scores, p.num_queries > 0 && p.num_keys > 0, 4, backend));
+  return check_ranges(p.ks, p.ke, p.num_queries, p.num_keys, "num_keys", backend, ranges);
+}
+
+Status validate(const TopkParams& p, Backend backend, const RangeCheck& ranges) {
   DSA_RETURN_IF_ERROR(check_count("num_rows", p.num_rows, kMaxIndex));
   DSA_RETURN_IF_ERROR(check_count("num_cols", p.num_cols, kMaxIndex));
   if (p.score_stride < p.num_cols) {
@@ -136,7 +156,11 @@ Status validate(const TopkParams& p, Backend backend) {
   DSA_RETURN_IF_ERROR(check_pointer("ke", p.ke, rows, 4, backend));
   DSA_RETURN_IF_ERROR(check_pointer("indices", p.indices, rows, 4, backend));
   DSA_RETURN_IF_ERROR(check_pointer("values", p.values, false, 4, backend));
-  return check_ranges(p.ks, p.ke, p.num_rows, p.num_cols, "num_cols", backend);
+  return check_ranges(p.ks, p.ke, p.num_rows, p.num_cols, "num_cols", backend, ranges);
 }
+
+Status validate(const IndexerTopkParams& p, Backend backend) { return validate(p, backend, RangeCheck{}); }
+Status validate(const IndexerScoresParams& p, Backend backend) { return validate(p, backend, RangeCheck{}); }
+Status validate(const TopkParams& p, Backend backend) { return validate(p, backend, RangeCheck{}); }
 
 }  // namespace dsa

@@ -48,7 +48,7 @@ T lane_dot(const T* q, const T* k) {
 }
 
 template <typename T>
-void decode_q_row(const IndexerTopkParams& p, std::int64_t t, std::vector<T>* out) {
+void decode_q_row(const IndexerInputs& p, std::int64_t t, std::vector<T>* out) {
   const Fp8Table& table = fp8_table();
   const std::int64_t n = static_cast<std::int64_t>(p.num_heads) * p.head_dim;
   out->resize(static_cast<std::size_t>(n));
@@ -57,7 +57,7 @@ void decode_q_row(const IndexerTopkParams& p, std::int64_t t, std::vector<T>* ou
 }
 
 template <typename T>
-T score_pair(const IndexerTopkParams& p, const T* q_row, const T* k_row, std::int64_t t,
+T score_pair(const IndexerInputs& p, const T* q_row, const T* k_row, std::int64_t t,
              std::int64_t s) {
   const float* w = p.w + t * p.num_heads;
   T acc = 0;
@@ -78,7 +78,7 @@ struct Ranked {
 
 }  // namespace
 
-DecodedKeys::DecodedKeys(const IndexerTopkParams& p, int num_threads) : dim_(p.head_dim) {
+DecodedKeys::DecodedKeys(const IndexerInputs& p, int num_threads) : dim_(p.head_dim) {
   data_.resize(static_cast<std::size_t>(p.num_keys) * dim_);
   const Fp8Table& table = fp8_table();
   constexpr std::int64_t kBlock = 4096;
@@ -96,7 +96,7 @@ DecodedKeys::DecodedKeys(const IndexerTopkParams& p, int num_threads) : dim_(p.h
 // AVX2 clone where the CPU has it: the same lane order and no FMA (the file is
 // built with -ffp-contract=off), so both clones give bit-identical scores.
 __attribute__((target_clones("avx2", "default")))
-void score_row(const IndexerTopkParams& p, const DecodedKeys& keys, std::int64_t t,
+void score_row(const IndexerInputs& p, const DecodedKeys& keys, std::int64_t t,
                std::vector<float>* out) {
   const std::int64_t ks = p.ks[t], ke = p.ke[t];
   out->resize(static_cast<std::size_t>(ke - ks));
@@ -105,7 +105,7 @@ void score_row(const IndexerTopkParams& p, const DecodedKeys& keys, std::int64_t
   for (std::int64_t s = ks; s < ke; ++s) (*out)[s - ks] = score_pair(p, q_row.data(), keys.row(s), t, s);
 }
 
-void score_row_f64(const IndexerTopkParams& p, std::int64_t t, std::vector<double>* out) {
+void score_row_f64(const IndexerInputs& p, std::int64_t t, std::vector<double>* out) {
   const std::int64_t ks = p.ks[t], ke = p.ke[t];
   out->resize(static_cast<std::size_t>(ke - ks));
   std::vector<double> q_row;
@@ -117,6 +117,19 @@ void score_row_f64(const IndexerTopkParams& p, std::int64_t t, std::vector<doubl
     for (int d = 0; d < p.head_dim; ++d) k_row[d] = table.value[src[d]];
     (*out)[s - ks] = score_pair(p, q_row.data(), k_row.data(), t, s);
   }
+}
+
+double score_magnitude(const IndexerInputs& p, std::int64_t t, std::int64_t s) {
+  const Fp8Table& table = fp8_table();
+  double acc = 0;
+  for (int h = 0; h < p.num_heads; ++h) {
+    const std::uint8_t* q = p.q + (t * p.num_heads + h) * p.head_dim;
+    const std::uint8_t* k = p.k + s * p.k_row_stride;
+    double dot = 0;
+    for (int d = 0; d < p.head_dim; ++d) dot += std::fabs(static_cast<double>(table.value[q[d]]) * table.value[k[d]]);
+    acc += std::fabs(static_cast<double>(p.w[t * p.num_heads + h])) * dot;
+  }
+  return acc * p.k_scale[s];
 }
 
 void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions& options,
@@ -146,6 +159,16 @@ Status indexer_topk_cpu(const IndexerTopkParams& p, int num_threads) {
     thread_local std::vector<float> row;
     score_row(p, keys, t, &row);
     select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
+  });
+  return Status::Ok();
+}
+
+Status indexer_scores_cpu(const IndexerScoresParams& p, int num_threads) {
+  const DecodedKeys keys(p, num_threads);
+  parallel_rows(p.num_queries, num_threads, [&](std::int64_t t) {
+    thread_local std::vector<float> row;
+    score_row(p, keys, t, &row);
+    std::copy(row.begin(), row.end(), p.scores + t * p.score_stride + p.ks[t]);
   });
   return Status::Ok();
 }

@@ -26,7 +26,7 @@ namespace dsa::reference {
 // FP8 keys of a problem decoded once to fp32, [N, D], shared by all rows.
 class DecodedKeys {
  public:
-  DecodedKeys(const IndexerTopkParams& params, int num_threads);
+  DecodedKeys(const IndexerInputs& params, int num_threads);
   const float* row(std::int64_t s) const { return data_.data() + s * dim_; }
 
  private:
@@ -35,9 +35,12 @@ class DecodedKeys {
 };
 
 // Scores of row t over [ks[t], ke[t]) into out (resized to len).
-void score_row(const IndexerTopkParams& params, const DecodedKeys& keys, std::int64_t t,
-               std::vector<float>* out);
-void score_row_f64(const IndexerTopkParams& params, std::int64_t t, std::vector<double>* out);
+void score_row(const IndexerInputs& params, const DecodedKeys& keys, std::int64_t t, std::vector<float>* out);
+void score_row_f64(const IndexerInputs& params, std::int64_t t, std::vector<double>* out);
+
+// k_scale[s] * sum_h |w[t,h]| * sum_d |q[t,h,d] k[s,d]| in double: the
+// magnitude that bounds the rounding error of any evaluation order.
+double score_magnitude(const IndexerInputs& params, std::int64_t t, std::int64_t s);
 
 // Exact top-min(K, len) of one row: ties at the K-th score go to the smallest
 // indices (a valid choice for both tie modes). Writes K slots of `indices`
@@ -48,6 +51,7 @@ void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions
 // The CPU backend's operators (arguments already validated).
 Status indexer_topk_cpu(const IndexerTopkParams& params, int num_threads);
 Status topk_cpu(const TopkParams& params, int num_threads);
+Status indexer_scores_cpu(const IndexerScoresParams& params, int num_threads);
 
 // Runs body(row) for row in [0, rows) on `num_threads` threads (0 = all cores),
 // rows handed out dynamically in small chunks.

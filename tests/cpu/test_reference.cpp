@@ -6,7 +6,6 @@
 #include <cmath>
 #include <vector>
 
-#include "common/fp8.h"
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
 #include "tools/generators.h"
@@ -36,21 +35,6 @@ std::vector<std::vector<float>> reference_scores(const IndexerTopkParams& p) {
   std::vector<std::vector<float>> rows(static_cast<std::size_t>(p.num_queries));
   reference::parallel_rows(p.num_queries, 0, [&](std::int64_t t) { reference::score_row(p, keys, t, &rows[t]); });
   return rows;
-}
-
-// |q.k| summed the way the score is, in double: the magnitude that bounds
-// rounding error.
-double magnitude(const IndexerTopkParams& p, std::int64_t t, std::int64_t s) {
-  double acc = 0;
-  for (int h = 0; h < p.num_heads; ++h) {
-    double dot = 0;
-    for (int d = 0; d < p.head_dim; ++d) {
-      dot += std::fabs(static_cast<double>(fp8_e4m3_to_float(p.q[(t * p.num_heads + h) * p.head_dim + d])) *
-                       fp8_e4m3_to_float(p.k[s * p.k_row_stride + d]));
-    }
-    acc += std::fabs(p.w[t * p.num_heads + h]) * dot;
-  }
-  return acc * p.k_scale[s];
 }
 
 TEST(ReferenceScores, SmallIntegerInputsAreBitExact) {
@@ -83,7 +67,7 @@ TEST(ReferenceScores, ModelLikeErrorWithinRoundingBound) {
       std::vector<double> exact;
       reference::score_row_f64(p, t, &exact);
       for (std::size_t i = 0; i < exact.size(); ++i) {
-        const double bound = 80.0 * std::ldexp(1.0, -24) * magnitude(p, t, p.ks[t] + i);
+        const double bound = 80.0 * std::ldexp(1.0, -24) * reference::score_magnitude(p, t, p.ks[t] + i);
         const double err = std::fabs(rows[t][i] - exact[i]);
         ASSERT_LE(err, bound) << tools::to_string(dist) << " row " << t << " key " << p.ks[t] + i;
         worst = std::max(worst, err / (bound + DBL_MIN));

@@ -144,7 +144,7 @@ TEST(Validation, IndexerNullPointers) {
 TEST(Validation, IndexerAlignment) {
   { IndexerFixture f; f.p.q = misalign(f.q, 8); expect_rejected(f, "q", "16-byte aligned"); }
   { IndexerFixture f; f.p.k = misalign(f.k, 4); expect_rejected(f, "k", "16-byte aligned"); }
-  { IndexerFixture f; f.p.k_scale = misalign(f.k_scale, 2); expect_rejected(f, "k_scale", "4-byte aligned"); }
+  { IndexerFixture f; f.p.k_scale = misalign(f.k_scale, 8); expect_rejected(f, "k_scale", "16-byte aligned"); }
   { IndexerFixture f; f.p.w = misalign(f.w, 1); expect_rejected(f, "w", "4-byte aligned"); }
   { IndexerFixture f; f.p.ks = misalign(f.ks, 2); expect_rejected(f, "ks", "4-byte aligned"); }
   { IndexerFixture f; f.p.ke = misalign(f.ke, 2); expect_rejected(f, "ke", "4-byte aligned"); }
@@ -196,6 +196,52 @@ TEST(Validation, TopkPointersAndRanges) {
   { TopkFixture f; f.ks[0] = -3; expect_rejected(f, "ks[0]", "must be >= 0"); }
   { TopkFixture f; f.ks[1] = 11; expect_rejected(f, "ks[1]", "must be <= ke[1]"); }
   { TopkFixture f; f.ke[0] = 31; expect_rejected(f, "ke[0]", "must be <= num_cols = 30"); }
+}
+
+// indexer_scores shares the input rules and adds its own output rules.
+TEST(Validation, IndexerScores) {
+  IndexerFixture f;
+  std::vector<float> scores(f.T * f.N, 5.0f);
+  IndexerScoresParams p;
+  static_cast<IndexerInputs&>(p) = f.p;
+  p.scores = scores.data();
+  p.score_stride = f.N;
+  ASSERT_TRUE(indexer_scores(p, ExecutionContext{}).ok());
+  EXPECT_NE(scores[0 * f.N + 39], 5.0f);                  // row 0 covers [0, 40): written
+  EXPECT_EQ(scores[1 * f.N + 4], 5.0f);                   // row 1 is [5, 30): key 4 untouched
+  auto rejected = [&](IndexerScoresParams bad, const std::string& arg, const std::string& rule) {
+    std::vector<float> before = scores;
+    const Status st = indexer_scores(bad, ExecutionContext{});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(st.message().rfind(arg + ":", 0), 0u) << st.message();
+    EXPECT_NE(st.message().find(rule), std::string::npos) << st.message();
+    EXPECT_EQ(before, scores) << "a rejected call wrote its output";
+  };
+  { auto b = p; b.score_stride = f.N - 1; rejected(b, "score_stride", "must be >= num_keys (got 39 < 40)"); }
+  { auto b = p; b.score_stride = std::numeric_limits<std::int64_t>::max() / 2; rejected(b, "score_stride", "overflows int64"); }
+  { auto b = p; b.scores = nullptr; rejected(b, "scores", "must not be null"); }
+  { auto b = p; b.scores = misalign(scores.data(), 2); rejected(b, "scores", "4-byte aligned"); }
+  { auto b = p; b.num_heads = 48; rejected(b, "num_heads", "must be 32 or 64"); }
+  {
+    // Row 1 becomes [5, 3): ks > ke.
+    alignas(16) std::int32_t bad_ke[3] = {40, 3, 40};
+    auto b = p;
+    b.ke = bad_ke;
+    rejected(b, "ks[1]", "must be <= ke[1] (ks=5, ke=3)");
+  }
+}
+
+// check_ranges = false only concerns the CUDA backend's host round trip:
+// the CPU backend always validates ranges.
+TEST(Validation, CpuBackendAlwaysChecksRanges) {
+  IndexerFixture f;
+  f.ke[0] = 41;
+  ExecutionContext ctx;
+  ctx.check_ranges = false;
+  const Status st = indexer_topk(f.p, ctx);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("ke[0]:", 0), 0u) << st.message();
+  EXPECT_TRUE(f.outputs_untouched());
 }
 
 TEST(Validation, WorkspaceQueryNeedsOutput) {

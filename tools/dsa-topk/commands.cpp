@@ -130,7 +130,7 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   for (const Row& r : rows) {
     const bool timed = r.ms > 0;
     const double mpairs = timed ? r.pairs / (r.ms * 1e3) : 0;
-    const double tflops = timed && r.op == "indexer" ? r.pairs * kFlopPerPair / (r.ms * 1e9) : 0;
+    const double tflops = timed && r.op != "topk" ? r.pairs * kFlopPerPair / (r.ms * 1e9) : 0;
     const std::string pct = ceilings && ceilings->measured && tflops > 0
                                 ? fmt("%.1f", 100.0 * tflops / ceilings->fp8_tflops)
                                 : "-";
@@ -186,6 +186,30 @@ Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layo
     report = tools::check_problem(prob, options, r.out);
   }
   row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
+  return row;
+}
+
+// The scoring kernel alone, timed; its exactness is the GPU tests' business
+// (bit-exact on small integers, bounded error otherwise).
+Row run_scores_case(const IndexerProblem& prob, Distribution dist, Backend backend, int reps, int index, int total) {
+  std::fprintf(stderr, "[%d/%d] scores %s T=%lld N=%lld ...\n", index, total,
+               std::string(tools::to_string(dist)).c_str(), static_cast<long long>(prob.T),
+               static_cast<long long>(prob.N));
+  Row row{"scores", std::string(tools::to_string(dist)), "causal-suffix", backend_name(backend), "", prob.T, prob.N,
+          0, prob.valid_pairs(), 0};
+  if (backend != Backend::kCuda) {
+    row.result = "scores: bench it with --backend cuda";
+    return row;
+  }
+  std::vector<double> ms;
+  const Status st = run_scores_on_device(prob, reps, nullptr, &ms);
+  if (!st.ok()) {
+    row.result = st.to_string();
+    return row;
+  }
+  std::sort(ms.begin(), ms.end());
+  row.ms = ms[ms.size() / 2];
+  row.result = "timed";
   return row;
 }
 
@@ -342,7 +366,9 @@ int run_bench(const Args& args) {
       spec.K = options.k;
       spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
       const bool check = !args.flag("no-verify");
-      if (op == "indexer") {
+      if (op == "scores") {
+        rows.push_back(run_scores_case(tools::make_indexer_problem(spec), dist, backend, reps, ++index, total));
+      } else if (op == "indexer") {
         rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
                                 threads, reps, check, ++index, total));
       } else {

@@ -14,4 +14,9 @@ Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& opt
 Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
 
+// The scoring kernel alone ([T, N] fp32 scores); `scores` receives the
+// last run's matrix when non-null.
+Status run_scores_on_device(const tools::IndexerProblem& prob, int reps, std::vector<float>* scores,
+                            std::vector<double>* ms);
+
 }  // namespace dsa::cli

@@ -1,0 +1,75 @@
+// The score arithmetic after the matrix product, shared by the scoring kernel
+// and the fused kernel so both produce bit-identical scores (contract
+// section 2). Every rounding step is an explicit intrinsic: no compiler
+// contraction can make the two kernels differ.
+//
+// For one key row and query, a thread holds the logits of 2 * kHeadGroups
+// heads (columns 8g + 2*(lane%4) + e of the query's kHeads); the score is
+//   partial = sum over g, e in order of  (0.5 w[h]) * (x + |x|)        (= w relu(x), exact)
+//   total   = butterfly over the 4 lanes of the row: (p0 + p1) + (p2 + p3)
+//   score   = total * k_scale
+// x + |x| is 2x or 0 exactly and 0.5w is exact, so each term equals
+// w * relu(x); the form runs on FADD/FFMA at full rate instead of FMNMX.
+#pragma once
+
+#include <cstdint>
+
+#include "scoring/config.h"
+
+namespace dsa::scoring {
+
+template <int kHeads>
+struct HeadWeights {
+  using S = Shape<kHeads>;
+  float half_w[S::kQueries][S::kHeadGroups][2];  // 0.5 * w[t0 + q][8g + 2*(lane%4) + e]
+
+  __device__ __forceinline__ void load(const float* __restrict__ w, std::int64_t t0, std::int64_t num_queries,
+                                       int lane) {
+#pragma unroll
+    for (int q = 0; q < S::kQueries; ++q) {
+      const bool valid = t0 + q < num_queries;
+      const float* row = w + (t0 + q) * kHeads;
+#pragma unroll
+      for (int g = 0; g < S::kHeadGroups; ++g) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          half_w[q][g][e] = valid ? 0.5f * __ldg(row + 8 * g + 2 * (lane % 4) + e) : 0.0f;
+        }
+      }
+    }
+  }
+};
+
+// Head-reduced scores (before k_scale) of the thread's two key rows (half 0:
+// row lane/4 of its warp's 16, half 1: that row + 8) for every query of the
+// block, from the m64n256 accumulator fragment. All 4 lanes of a row end with
+// the same bits.
+template <int kHeads>
+__device__ __forceinline__ void reduce_heads(const float (&acc)[128], const HeadWeights<kHeads>& w,
+                                             float (&out)[Shape<kHeads>::kQueries][2]) {
+  using S = Shape<kHeads>;
+#pragma unroll
+  for (int q = 0; q < S::kQueries; ++q) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int g = 0; g < S::kHeadGroups; ++g) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = acc[4 * (q * S::kHeadGroups + g) + 2 * half + e];
+          sum = __fmaf_rn(w.half_w[q][g][e], __fadd_rn(x, fabsf(x)), sum);
+        }
+      }
+      sum = __fadd_rn(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, 1));
+      sum = __fadd_rn(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, 2));
+      out[q][half] = sum;
+    }
+  }
+}
+
+__device__ __forceinline__ float apply_key_scale(float head_sum, float key_scale) {
+  return __fmul_rn(head_sum, key_scale);
+}
+
+}  // namespace dsa::scoring

@@ -1,0 +1,17 @@
+// Launcher of the FP8 indexer scoring kernel (arguments already validated).
+#pragma once
+
+#include <cstdint>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::scoring {
+
+// Keys per blockIdx.y chunk: small T splits each row's keys across CTAs so
+// every SM has work; large T keeps chunks long so the Q block load and the
+// pipeline fill are amortised.
+std::int64_t choose_chunk_keys(std::int64_t num_queries, std::int64_t num_keys, int num_heads, int sm_count);
+
+Status launch_indexer_scores(const IndexerScoresParams& params, CUstream_st* stream);
+
+}  // namespace dsa::scoring
