@@ -51,10 +51,13 @@ Status launch(const IndexerScoresParams& p, CUstream_st* stream) {
 }  // namespace
 
 std::int64_t choose_chunk_keys(std::int64_t num_queries, std::int64_t num_keys, int num_heads, int sm_count) {
-  const std::int64_t blocks = (num_queries + (kTileCols / num_heads) - 1) / (kTileCols / num_heads);
+  const std::int64_t queries_per_block = kTileCols / num_heads;
+  const std::int64_t blocks = (num_queries + queries_per_block - 1) / queries_per_block;
   const std::int64_t target_ctas = static_cast<std::int64_t>(std::max(sm_count, 1)) * kCtasPerSmTarget;
-  std::int64_t chunk = (num_keys * blocks + target_ctas - 1) / target_ctas;
-  chunk = std::clamp(chunk, kMinChunkKeys, kMaxChunkKeys);
+  // Split each block's keys into equal chunks only as far as the grid needs:
+  // a large T keeps whole rows (no small trailing chunk with a full prologue).
+  const std::int64_t splits = std::max<std::int64_t>(1, (target_ctas + blocks / 2) / blocks);
+  std::int64_t chunk = std::clamp((num_keys + splits - 1) / splits, kMinChunkKeys, kMaxChunkKeys);
   // grid.y is at most 65535 chunks.
   chunk = std::max(chunk, (num_keys + 65534) / 65535);
   return (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
