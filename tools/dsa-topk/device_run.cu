@@ -89,23 +89,40 @@ Status prepare_outputs(std::int64_t T, const SelectOptions& options, bool want_v
   return st;
 }
 
+// The indexer inputs of a problem in device memory.
+struct DeviceInputs {
+  DeviceBuffer q, k, k_scale, w, ks, ke;
+
+  Status upload(const tools::IndexerProblem& prob) {
+    for (Status st : {q.upload(prob.q), k.upload(prob.k), k_scale.upload(prob.k_scale), w.upload(prob.w),
+                      ks.upload(prob.ks), ke.upload(prob.ke)}) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  // `host`'s shapes and strides with this object's pointers.
+  IndexerInputs bind(IndexerInputs host) const {
+    host.q = q.as<std::uint8_t>();
+    host.k = k.as<std::uint8_t>();
+    host.k_scale = k_scale.as<float>();
+    host.w = w.as<float>();
+    host.ks = ks.as<std::int32_t>();
+    host.ke = ke.as<std::int32_t>();
+    return host;
+  }
+};
+
 }  // namespace
 
 Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms) {
-  DeviceBuffer q, k, k_scale, w, ks, ke, indices, values, workspace;
-  for (Status st : {q.upload(prob.q), k.upload(prob.k), k_scale.upload(prob.k_scale), w.upload(prob.w),
-                    ks.upload(prob.ks), ke.upload(prob.ke),
-                    prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
+  DeviceInputs inputs;
+  DeviceBuffer indices, values, workspace;
+  for (Status st : {inputs.upload(prob), prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
     if (!st.ok()) return st;
   }
   IndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
-  p.q = q.as<std::uint8_t>();
-  p.k = k.as<std::uint8_t>();
-  p.k_scale = k_scale.as<float>();
-  p.w = w.as<float>();
-  p.ks = ks.as<std::int32_t>();
-  p.ke = ke.as<std::int32_t>();
+  static_cast<IndexerInputs&>(p) = inputs.bind(p);
   std::size_t ws_bytes = 0;
   Status st = indexer_topk_workspace_size(p, Backend::kCuda, &ws_bytes);
   if (st.ok()) st = workspace.alloc(ws_bytes);
@@ -147,20 +164,14 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 
 Status run_scores_on_device(const tools::IndexerProblem& prob, int reps, std::vector<float>* scores,
                             std::vector<double>* ms) {
-  DeviceBuffer q, k, k_scale, w, ks, ke, out, unused;
+  DeviceInputs inputs;
+  DeviceBuffer out, unused;
   const std::size_t elems = static_cast<std::size_t>(prob.T) * static_cast<std::size_t>(prob.N);
-  for (Status st : {q.upload(prob.q), k.upload(prob.k), k_scale.upload(prob.k_scale), w.upload(prob.w),
-                    ks.upload(prob.ks), ke.upload(prob.ke), out.alloc(elems * sizeof(float))}) {
+  for (Status st : {inputs.upload(prob), out.alloc(elems * sizeof(float))}) {
     if (!st.ok()) return st;
   }
   IndexerScoresParams p;
-  static_cast<IndexerInputs&>(p) = prob.params(nullptr, nullptr, SelectOptions{});
-  p.q = q.as<std::uint8_t>();
-  p.k = k.as<std::uint8_t>();
-  p.k_scale = k_scale.as<float>();
-  p.w = w.as<float>();
-  p.ks = ks.as<std::int32_t>();
-  p.ke = ke.as<std::int32_t>();
+  static_cast<IndexerInputs&>(p) = inputs.bind(prob.params(nullptr, nullptr, SelectOptions{}));
   p.scores = out.as<float>();
   p.score_stride = prob.N;
   ExecutionContext ctx{Backend::kCuda, nullptr, 0, nullptr, 0};
