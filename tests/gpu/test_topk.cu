@@ -17,6 +17,7 @@
 #include "common/keys.h"
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
+#include "selection/topk/config.h"
 #include "selection/topk/topk.h"
 #include "tools/checker.h"
 #include "tools/generators.h"
@@ -309,7 +310,7 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
     spec.dist = dist;
     spec.layout = Layout::kFull;
     spec.T = 6;
-    spec.N = 20000;  // > kCandidateCapacity
+    spec.N = 20000;  // > either geometry's candidate capacity
     const ScoresProblem prob = tools::make_scores_problem(spec);
     TopkHooks hooks;
     hooks.force_threshold = true;
@@ -325,13 +326,13 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
   }
 }
 
-// The same forced tau = 0 on rows that fit the buffer: every key is a
-// candidate and the certificate holds.
+// The same forced tau = 0 on rows that fit the buffer (the short geometry's
+// 6144): every key is a candidate and the certificate holds.
 TEST(TopkGpu, ForcedAllPassFitsBuffer) {
   tools::ProblemSpec spec;
   spec.layout = Layout::kFull;
   spec.T = 4;
-  spec.N = 8000;
+  spec.N = 6000;
   const ScoresProblem prob = tools::make_scores_problem(spec);
   TopkHooks hooks;
   hooks.force_threshold = true;
@@ -394,6 +395,76 @@ TEST(TopkGpu, ConcentratedTopValues) {
     TopkHooks hooks;
     const GpuResult r = run_gpu(prob, o, true, &hooks);
     EXPECT_EXACT(prob, o, r.out);
+  }
+}
+
+// ------------------------------------------------------- threshold ---------
+
+// Both geometries keep the CTAs per SM their shared plan is sized for.
+TEST(TopkGpu, SharedPlanFitsOccupancy) {
+  for (int K : kAllK) {
+    EXPECT_GE(selection::topk::topk_resident_ctas_per_sm(K, selection::topk::kShortRowMaxLen),
+              selection::topk::ShortRows::kMinCtasPerSm)
+        << "K=" << K;
+    EXPECT_GE(selection::topk::topk_resident_ctas_per_sm(K, selection::topk::kShortRowMaxLen + 1),
+              selection::topk::LongRows::kMinCtasPerSm)
+        << "K=" << K;
+  }
+}
+
+// Model-like rows of the short geometry: one histogram pass, or two when the
+// samples' key range spans both signs and the first bin is coarse; the
+// certificate holds.
+TEST(TopkGpu, ThresholdOnePassOnModelLikeRows) {
+  tools::ProblemSpec spec;
+  spec.layout = Layout::kFull;
+  spec.T = 32;
+  spec.N = 8192;
+  spec.seed = 3;
+  const ScoresProblem prob = tools::make_scores_problem(spec);
+  const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kAbsolute, false);
+  TopkHooks hooks;
+  const GpuResult r = run_gpu(prob, o, false, &hooks);
+  EXPECT_EXACT(prob, o, r.out);
+  expect_paths(r, prob, 2048, RowPath::kCertified);
+  for (const RowTrace& tr : r.trace) {
+    EXPECT_GE(tr.threshold_passes, 1u);
+    EXPECT_LE(tr.threshold_passes, 2u);  // a first bin too coarse is refined once
+  }
+}
+
+// A far outlier widens the samples' key range so that the whole top shares
+// one bin of the first histogram: the bin is refined (2-3 passes), and tau
+// ends close enough to the rank sample that the candidates fit. Ties rows
+// refine down to one key per bin and take the threshold-tie path.
+TEST(TopkGpu, ThresholdRefinesCoarseBins) {
+  const std::int64_t len = 40000;
+  const ScoresProblem packed = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
+    return s % 5 == 0 ? -1e30f : 1000.0f + 0.01f * static_cast<float>((s * 7919 + t) % 977);
+  });
+  for (int K : kAllK) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+      TopkHooks hooks;
+      const GpuResult r = run_gpu(packed, o, true, &hooks);
+      EXPECT_EXACT(packed, o, r.out);
+      for (const RowTrace& tr : r.trace) {
+        EXPECT_GE(tr.threshold_passes, 2u) << "K=" << K;
+        EXPECT_LE(tr.threshold_passes, 3u) << "K=" << K;
+        EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow)) << "K=" << K;
+      }
+    }
+  }
+  // 8 distinct values spread over both signs, 5000 copies each.
+  const ScoresProblem tied = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    return static_cast<float>((s * 7919 + t) % 8) * 0.75f - 2.5f;
+  });
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, false);
+    TopkHooks hooks;
+    const GpuResult r = run_gpu(tied, o, true, &hooks);
+    EXPECT_EXACT(tied, o, r.out);
+    expect_paths(r, tied, 2048, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
   }
 }
 

@@ -1,6 +1,6 @@
 // Block-wide exact radix select on uint32 keys, the device form of
 // selection/model.cpp's radix_select_set: one histogram sweep per 8-bit digit,
-// most significant first. Shared by the standalone top-k (threshold, candidate
+// most significant first. Shared by the standalone top-k (candidate
 // select, tie cut, repairs) and, later, the fused kernel.
 #pragma once
 

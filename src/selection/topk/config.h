@@ -1,10 +1,11 @@
 // Compile-time shape of the standalone top-k kernel (docs/design.md, "GPU
-// top-k"): launch geometry, the sampling/threshold constants of the selection
-// model, the candidate capacities and the shared-memory plan the launcher
-// sizes with sizeof.
+// top-k"): the two launch geometries, the sampling/threshold constants of the
+// selection model, the candidate capacities and the shared-memory plan the
+// launcher sizes with sizeof.
 #pragma once
 
 #include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 
@@ -12,11 +13,38 @@
 
 namespace dsa::selection::topk {
 
-// One CTA per row. 512 threads keep 2 CTAs (1024 threads, 64 registers each)
-// resident per SM, so one CTA's latency-bound steps (sampling, radix passes,
-// block barriers) overlap the other CTA's streaming pass.
-inline constexpr int kThreads = 512;
-inline constexpr int kMinCtasPerSm = 2;
+// One CTA per row; what a CTA holds is set by the longest row the launch can
+// see (num_cols, known on the host without reading ks/ke). A geometry is a
+// type (kernel template arguments of class type do not survive nvcc's host
+// stubs): kThreads per CTA, kMinCtasPerSm for __launch_bounds__ (the shared
+// plan fits it), kCandidateCapacity entries of the key > tau buffer,
+// kMaxSamples of the threshold's sample buffer.
+//
+// Rows up to kShortRowMaxLen: 256 threads and 3 CTAs per SM, so three rows'
+// latency-bound steps (sampling, threshold, radix passes, barriers) overlap
+// each other's streaming pass. Longer rows stream better with 512 threads
+// per row (docs/perf-log.md "GPU top-k v2": 64 x 128K took 0.085 ms with
+// 256 threads, 0.060 with 512; 256 threads did not win at 32K). 6144
+// candidates hold the 4-sigma count with room to spare up to 16K (K = 2048:
+// e = 256, rank 321, ~2.9K with the bin excess); at most 2048 samples are
+// drawn (16 * 16K / 512 = 512 < kMinSamples). K = 2048 needs ~73 KB of
+// shared memory: 3 fit in 228 KB.
+struct ShortRows {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinCtasPerSm = 3;
+  static constexpr int kCandidateCapacity = 6144;
+  static constexpr int kMaxSamples = 2048;
+};
+inline constexpr std::int64_t kShortRowMaxLen = 16384;
+// Longer rows (up to 1M): the v1 geometry, 512 threads and 2 CTAs per SM;
+// e = 16 at 1M needs 8192 candidates (4-sigma ~7.2K at K = 2048) and up to
+// 8192 samples.
+struct LongRows {
+  static constexpr int kThreads = 512;
+  static constexpr int kMinCtasPerSm = 2;
+  static constexpr int kCandidateCapacity = 8192;
+  static constexpr int kMaxSamples = 8192;
+};
 
 // Filter pass: float4 loads in flight per thread per round; the round's 16
 // elements share one warp-aggregated append.
@@ -24,44 +52,66 @@ inline constexpr int kLoadUnroll = 4;
 // Repair sweeps over the row (rare paths) load one float4 per round.
 inline constexpr int kRepairLoadUnroll = 1;
 
-// Threshold (model.h step 1): S = min(len, clamp(16 * len / K, 2048, 8192))
-// samples and the rank guard in standard deviations (underflow is a ~4-sigma
-// event). e = S*K/len expected samples in the top K sets the spread of the
-// candidate count, ~K * (e + guard * sqrt(e)) / e: the model's fixed S = 4096
-// leaves e = 8 at K = 2048, len = 1M and a count that can pass the buffer;
-// e >= 16 keeps its 4-sigma value near 3.5 K.
+// Threshold (model.h step 1): S = min(len, clamp(16 * len / K, 2048,
+// max_samples)) samples and the rank guard in standard deviations (underflow
+// is a ~4-sigma event). e = S*K/len expected samples in the top K sets the
+// spread of the candidate count, ~K * (e + guard * sqrt(e)) / e: the model's
+// fixed S = 4096 leaves e = 8 at K = 2048, len = 1M and a count that can pass
+// the buffer; e >= 16 keeps its 4-sigma value near 3.5 K.
 inline constexpr int kMinSamples = 2048;
-inline constexpr int kMaxSamples = 8192;
 inline constexpr int kMinExpectedInTop = 16;
 inline constexpr double kGuard = 4.0;
 
-// Candidates with key > tau (key + position): 8192 entries, above the
-// 4-sigma candidate count for every K at every row length up to 1M (worst:
-// K = 2048 at len = 1M: ~4.2K expected, 4-sigma ~7.2K).
-inline constexpr int kCandidateCapacity = 8192;
+// The threshold histogram: kThresholdBins linear bins over the samples' key
+// range, one pass over the samples; the chosen bin is histogrammed again
+// while the samples at or above its bottom exceed the rank j by more than
+// kMaxBinExcess * j. With that excess the 4-sigma count still fits the
+// buffer where the rank alone fits it (1M, K = 2048: 37 + 4 sqrt(37) = 61
+// samples <= 8192 * 8192 / 1M = 64), and each extra candidate costs every
+// radix pass over the buffer more than one more histogram pass costs.
+inline constexpr int kThresholdBinBits = 12;
+inline constexpr int kThresholdBins = 1 << kThresholdBinBits;
+inline constexpr double kMaxBinExcess = 0.125;
 
-template <int K>
+template <int K, class G>
 struct Config {
-  static_assert(K % kThreads == 0, "the sorted write-out gives each thread K / kThreads slots");
-  static constexpr int kSlotsPerThread = K / kThreads;
+  static_assert(K % G::kThreads == 0, "the sorted write-out gives each thread K / threads slots");
+  static_assert(kThresholdBins % G::kThreads == 0, "each thread owns whole threshold bins");
+  static constexpr int kSlotsPerThread = K / G::kThreads;
+  static constexpr int kBinsPerThread = kThresholdBins / G::kThreads;
   // Positions of keys == tau. K entries suffice for every use: the threshold-tie
   // path takes at most K of them, the underflow path has fewer than K.
   static constexpr int kTieCapacity = K;
-  using BlockSort = cub::BlockRadixSort<std::uint64_t, kThreads, kSlotsPerThread>;
+  using BlockSort = cub::BlockRadixSort<std::uint64_t, G::kThreads, kSlotsPerThread>;
+  using BinScan = cub::BlockScan<std::uint32_t, G::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
+  // The bin of the threshold histogram that holds the wanted sample rank.
+  struct BinPick {
+    std::uint32_t bin;    // 0 = the window's top bin
+    std::uint32_t above;  // samples in the window's bins above it
+    std::uint32_t in;     // samples in it
+  };
 
   // Shared memory of one CTA. Phases that never overlap share the union.
   struct SharedStorage {
     union {
-      std::uint32_t sample_keys[kMaxSamples];  // step 1: threshold
       struct {
-        std::uint32_t keys[kCandidateCapacity];  // steps 2-5: key > tau
-        std::int32_t pos[kCandidateCapacity];    //   row position of keys[i]
+        std::uint32_t sample_keys[G::kMaxSamples];
+        std::uint32_t histogram[kThresholdBins];  // bin 0 = top of the window
+        typename BinScan::TempStorage scan;
+      } threshold;  // step 1
+      struct {
+        std::uint32_t keys[G::kCandidateCapacity];  // steps 2-5: key > tau
+        std::int32_t pos[G::kCandidateCapacity];    //   row position of keys[i]
       } candidates;
-      typename BlockSort::TempStorage sort;    // sorted write-out, after emission
+      typename BlockSort::TempStorage sort;  // sorted write-out, after emission
     } phase;
     std::int32_t tie_pos[kTieCapacity];  // row positions with key == tau
     std::uint64_t out[K];                // emitted order keys (candidates.cuh), 0 = padding
     device::RadixShared radix;
+    BinPick pick;                                     // broadcast of the threshold bin
+    std::uint32_t warp_min[G::kThreads / device::kWarpSize];  // per-warp sample key range
+    std::uint32_t warp_max[G::kThreads / device::kWarpSize];
     std::uint32_t gt_slots;   // slots handed out to key > tau (may pass capacity)
     std::uint32_t tie_slots;  // slots handed out to key == tau (may pass capacity)
     std::uint32_t count_gt;   // keys > tau in the row (exact)

@@ -1,9 +1,10 @@
-// Launcher of the standalone top-k: picks the kernel instance for K and
-// launches one CTA per row on the caller's stream.
+// Launcher of the standalone top-k: picks the kernel instance for K and the
+// row-length bound, and launches one CTA per row on the caller's stream.
 #include "selection/topk/topk.h"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "selection/topk/config.h"
@@ -16,17 +17,52 @@ Status cuda_error(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string("topk: ") + what + ": " + cudaGetErrorString(err)};
 }
 
-template <int K>
-Status launch(const KernelParams& kp, std::int64_t rows, cudaStream_t stream) {
-  constexpr std::size_t kSmemBytes = sizeof(typename Config<K>::SharedStorage);
-  // Above the 48 KB default: opt in (a host-side attribute, not a stream
-  // operation, so graph capture is unaffected).
-  cudaError_t err = cudaFuncSetAttribute(topk_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmemBytes));
+// The kernel instance and its shared-memory size; sets the attributes it
+// needs above the defaults (host-side attributes, not stream operations, so
+// graph capture is unaffected).
+struct Instance {
+  const void* kernel;
+  std::size_t smem_bytes;
+  int threads;
+};
+
+template <int K, class G>
+Status prepare(Instance* out) {
+  constexpr std::size_t kSmemBytes = sizeof(typename Config<K, G>::SharedStorage);
+  const auto kernel = reinterpret_cast<const void*>(&topk_kernel<K, G>);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory size");
-  topk_kernel<K><<<static_cast<unsigned>(rows), kThreads, kSmemBytes, stream>>>(kp);
-  err = cudaGetLastError();
-  return err == cudaSuccess ? Status::Ok() : cuda_error(err, "kernel launch");
+  // The least carveout that keeps G::kMinCtasPerSm CTAs resident: the rest
+  // of the SM's 256 KB stays L1, which holds the filter's loads in flight
+  // (the largest carveout cost rows of N >= 64K 7-13 %, docs/perf-log.md).
+  int device = 0, sm_bytes = 0, reserved = 0;
+  err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  if (err != cudaSuccess) return cuda_error(err, "reading the device's shared-memory size");
+  const std::size_t needed = G::kMinCtasPerSm * (kSmemBytes + static_cast<std::size_t>(reserved));
+  const int percent = static_cast<int>(std::min<std::size_t>(100, (100 * needed + sm_bytes - 1) / sm_bytes));
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+  if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory carveout");
+  *out = {kernel, kSmemBytes, G::kThreads};
+  return Status::Ok();
+}
+
+// Rows are at most num_cols long: short ones get the geometry with more
+// CTAs per SM (config.h).
+template <int K>
+Status prepare_for(std::int64_t num_cols, Instance* out) {
+  return num_cols <= kShortRowMaxLen ? prepare<K, ShortRows>(out) : prepare<K, LongRows>(out);
+}
+
+Status prepare_for(int k, std::int64_t num_cols, Instance* out) {
+  switch (k) {
+    case 512: return prepare_for<512>(num_cols, out);
+    case 1024: return prepare_for<1024>(num_cols, out);
+    case 2048: return prepare_for<2048>(num_cols, out);
+    default: return {StatusCode::kInternal, "topk: K " + std::to_string(k) + " has no kernel"};
+  }
 }
 
 }  // namespace
@@ -45,12 +81,22 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.force_threshold,
                         hooks.forced_threshold_key,
                         hooks.trace};
-  switch (params.options.k) {
-    case 512: return launch<512>(kp, params.num_rows, stream);
-    case 1024: return launch<1024>(kp, params.num_rows, stream);
-    case 2048: return launch<2048>(kp, params.num_rows, stream);
-    default: return {StatusCode::kInternal, "topk: K " + std::to_string(params.options.k) + " has no kernel"};
-  }
+  Instance inst{};
+  const Status st = prepare_for(params.options.k, params.num_cols, &inst);
+  if (!st.ok()) return st;
+  void* args[] = {const_cast<KernelParams*>(&kp)};
+  const cudaError_t err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)),
+                                           dim3(inst.threads), args, inst.smem_bytes, stream);
+  return err == cudaSuccess ? Status::Ok() : cuda_error(err, "kernel launch");
+}
+
+int topk_resident_ctas_per_sm(int k, std::int64_t num_cols) {
+  Instance inst{};
+  if (!prepare_for(k, num_cols, &inst).ok()) return -1;
+  int ctas = 0;
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, inst.kernel, inst.threads, inst.smem_bytes);
+  return err == cudaSuccess ? ctas : -1;
 }
 
 }  // namespace dsa::selection::topk

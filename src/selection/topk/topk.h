@@ -28,6 +28,8 @@ struct RowTrace {
   std::uint32_t count_gt;       // keys > tau in the row
   std::uint32_t count_eq;       // keys == tau in the row
   std::uint32_t kth_key;        // key of the K-th largest score (0 for kDirect)
+  std::uint32_t threshold_passes;  // histogram passes over the samples (0: forced
+                                   //   tau, kDirect, or every key passes)
 };
 
 // Test hooks; the operator uses the defaults.
@@ -44,5 +46,10 @@ struct TopkHooks {
 // one kernel launch, no synchronisation, no allocation. Returns kCudaError
 // if the launch fails.
 Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHooks& hooks = {});
+
+// CTAs of the kernel launch_topk picks for (k, num_cols) that the device
+// keeps resident per SM, or -1 on a CUDA error (tests check the shared plan
+// fits the geometry's occupancy).
+int topk_resident_ctas_per_sm(int k, std::int64_t num_cols);
 
 }  // namespace dsa::selection::topk

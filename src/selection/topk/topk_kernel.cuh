@@ -1,6 +1,7 @@
 // The standalone top-k kernel: one CTA selects one row (docs/design.md, "GPU
 // top-k"), following the steps of selection/model.h:
-//   1. threshold tau from strided samples (a radix select over the samples);
+//   1. threshold tau from strided samples (a histogram over a key window of
+//      the samples, refined over the chosen bin while it is too coarse);
 //   2. one streaming pass: keys > tau -> candidate buffer, keys == tau -> tie
 //      buffer, exact counts of both;
 //   3. the path the counts prove exact (RowPath), then radix select and
@@ -37,13 +38,14 @@ struct KernelParams {
   RowTrace* trace;              // [T] or null
 };
 
-// The work of one CTA on one row. Item sets (candidates, ties, row ranges) are
+// The work of one CTA on one row (geometry G, config.h). Item sets (candidates, ties, row ranges) are
 // visitors: items(fn) makes every thread call fn(key, pos, present) the same
 // number of times, so fn may use warp collectives.
-template <int K>
+template <int K, class G>
 class RowSelect {
  public:
-  using Storage = typename Config<K>::SharedStorage;
+  using Cfg = Config<K, G>;
+  using Storage = typename Cfg::SharedStorage;
 
   __device__ RowSelect(Storage& sh, const KernelParams& p, const float* row, std::int32_t len)
       : sh_(sh), p_(p), row_(row), len_(len) {}
@@ -51,7 +53,7 @@ class RowSelect {
   // Rows with len > K: leaves the K winners in sh.out and returns the trace.
   __device__ RowTrace select() {
     RowTrace trace{};
-    const std::uint32_t tau = threshold();
+    const std::uint32_t tau = threshold(trace);
     filter(tau);
     const std::uint32_t count_gt = sh_.count_gt, count_eq = sh_.count_eq;
     trace.threshold_key = tau;
@@ -61,7 +63,7 @@ class RowSelect {
     if (count_gt >= K) {
       // The K-th key is > tau, and every key > tau is a candidate unless the
       // buffer overflowed; then the row itself is the item set.
-      if (count_gt <= kCandidateCapacity) {
+      if (count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity)) {
         trace.path = RowPath::kCertified;
         trace.kth_key = select_and_emit(candidate_items(count_gt), K);
       } else {
@@ -75,10 +77,10 @@ class RowSelect {
       emit_if(candidate_items(count_gt), all);
       __syncthreads();
       const std::uint32_t take = K - count_gt;
-      if (!p_.smallest_index_ties || count_eq <= Config<K>::kTieCapacity) {
+      if (!p_.smallest_index_ties || count_eq <= Cfg::kTieCapacity) {
         // kAny needs any `take` ties; min(count_eq, K) >= take are stored.
         trace.path = RowPath::kThresholdTie;
-        emit_ties(tie_items(min(count_eq, static_cast<std::uint32_t>(Config<K>::kTieCapacity)), tau), tau, take);
+        emit_ties(tie_items(min(count_eq, static_cast<std::uint32_t>(Cfg::kTieCapacity)), tau), tau, take);
       } else {
         trace.path = RowPath::kTieRepair;
         emit_ties(row_items(tau, tau), tau, take);
@@ -97,7 +99,7 @@ class RowSelect {
 
   // Rows with len <= K: every position, then padding.
   __device__ void direct() {
-    for (int slot = threadIdx.x; slot < K; slot += kThreads) {
+    for (int slot = threadIdx.x; slot < K; slot += G::kThreads) {
       sh_.out[slot] = slot < len_ ? device::order_key(score_key(__ldg(row_ + slot)), slot) : device::kEmptySlot;
     }
   }
@@ -120,18 +122,18 @@ class RowSelect {
     // Smallest-index ties promise bit-identical runs, which the atomic slot
     // order of sh.out is not: that mode writes the sorted order too.
     if (!p_.sorted && !p_.smallest_index_ties) {
-      for (int slot = threadIdx.x; slot < K; slot += kThreads) write(slot, sh_.out[slot]);
+      for (int slot = threadIdx.x; slot < K; slot += G::kThreads) write(slot, sh_.out[slot]);
       return;
     }
-    constexpr int kPerThread = Config<K>::kSlotsPerThread;
+    constexpr int kPerThread = Cfg::kSlotsPerThread;
     std::uint64_t items[kPerThread];
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) items[i] = sh_.out[threadIdx.x * kPerThread + i];
     // The sort's storage aliases the candidate buffers, which no thread reads
     // after the barrier that precedes write_out.
-    typename Config<K>::BlockSort(sh_.phase.sort).SortDescendingBlockedToStriped(items);
+    typename Cfg::BlockSort(sh_.phase.sort).SortDescendingBlockedToStriped(items);
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) write(i * kThreads + threadIdx.x, items[i]);
+    for (int i = 0; i < kPerThread; ++i) write(i * G::kThreads + threadIdx.x, items[i]);
   }
 
  private:
@@ -139,19 +141,86 @@ class RowSelect {
 
   // S: enough samples that e = S*K/len >= kMinExpectedInTop (then the
   // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
-  // buffer), within [kMinSamples, kMaxSamples], and at most len.
+  // buffer), within [kMinSamples, G::kMaxSamples], and at most len.
   __device__ static std::int32_t sample_count(std::int32_t len) {
     const std::int64_t wanted = static_cast<std::int64_t>(kMinExpectedInTop) * len / K;
-    const auto clamped = static_cast<std::int32_t>(wanted < kMinSamples   ? kMinSamples
-                                                   : wanted > kMaxSamples ? kMaxSamples
-                                                                          : wanted);
+    const auto clamped = static_cast<std::int32_t>(wanted < kMinSamples     ? kMinSamples
+                                                   : wanted > G::kMaxSamples ? G::kMaxSamples
+                                                                            : wanted);
     return min(len, clamped);
   }
 
-  // Step 1 (model.h): the sample of rank j = ceil(e + guard * sqrt(e)) + 1,
-  // e = S*K/len, among S midpoint samples; 0 (every key passes) when j > S.
-  // Ends with a barrier in every branch.
-  __device__ std::uint32_t threshold() {
+  // kThresholdBins linear bins over the keys [lo, hi], bin 0 at the top; bin b
+  // holds the keys k with (hi - k) >> shift == b. shift is the smallest that
+  // fits the span into the bins (0: one key per bin).
+  struct KeyWindow {
+    std::uint32_t lo, hi;
+    int shift;
+    __device__ KeyWindow(std::uint32_t lo_key, std::uint32_t hi_key) : lo(lo_key), hi(hi_key) {
+      const int span_bits = 32 - __clz(static_cast<int>(hi - lo));
+      shift = max(0, span_bits - kThresholdBinBits);
+    }
+    __device__ bool holds(std::uint32_t key) const { return lo <= key && key <= hi; }
+    __device__ std::uint32_t bin(std::uint32_t key) const { return (hi - key) >> shift; }
+    __device__ std::uint32_t bin_top(std::uint32_t b) const { return hi - (b << shift); }
+    // The lowest key of bin b inside the window (the bottom bin may be cut by lo).
+    __device__ std::uint32_t bin_bottom(std::uint32_t b) const {
+      const std::int64_t edge = static_cast<std::int64_t>(hi) - (static_cast<std::int64_t>(b + 1) << shift) + 1;
+      return static_cast<std::uint32_t>(max(edge, static_cast<std::int64_t>(lo)));
+    }
+  };
+
+  // One histogram pass over the first s stored samples restricted to window
+  // w: the bin holding the window's rank-th largest sample (1 <= rank <= the
+  // samples in w). After the histogram barrier each thread reads only the
+  // bins it owns and zeroes them, so the histogram is zero again for the next
+  // pass; the
+  // histogram must be zero and the samples visible at entry. Ends with a
+  // barrier; every thread gets the result.
+  __device__ typename Cfg::BinPick pick_sample_bin(const KeyWindow& w, std::int32_t s, std::uint32_t rank) {
+    auto& th = sh_.phase.threshold;
+    for (std::int32_t base = 0; base < s; base += G::kThreads) {
+      const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
+      const std::uint32_t key = i < s ? th.sample_keys[i] : 0u;
+      device::warp_histogram_add(th.histogram, i < s && w.holds(key), i < s ? w.bin(key) : 0u);
+    }
+    __syncthreads();
+    constexpr int kOwned = Cfg::kBinsPerThread;
+    std::uint32_t* const mine = th.histogram + threadIdx.x * kOwned;
+    std::uint32_t sum = 0;
+#pragma unroll
+    for (int b = 0; b < kOwned; ++b) sum += mine[b];
+    std::uint32_t above = 0;  // samples of w in the bins of lower-numbered threads
+    typename Cfg::BinScan(th.scan).ExclusiveSum(sum, above);
+    // Exactly one thread owns the bin where the rank falls.
+    if (above < rank && rank <= above + sum) {
+      bool found = false;
+      for (int b = 0; b < kOwned && !found; ++b) {
+        const std::uint32_t count = mine[b];
+        if (rank <= above + count) {
+          found = true;
+          sh_.pick = {threadIdx.x * kOwned + b, above, count};
+        } else {
+          above += count;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kOwned; ++b) mine[b] = 0;
+    __syncthreads();
+    return sh_.pick;
+  }
+
+  // Step 1 (model.h): tau at or below the sample of rank j = ceil(e + guard *
+  // sqrt(e)) + 1, e = S*K/len, among S midpoint samples; 0 (every key passes)
+  // when j > S. Any tau is exact (the counts pick the path); tau is the bottom
+  // of the histogram bin holding rank j, so the bin adds candidates. While
+  // the samples at or above the bin's bottom pass j * (1 + kMaxBinExcess),
+  // the bin itself is histogrammed again (at most 3 passes: 12 bits each over
+  // a 32-bit span); one key per bin gives tau = the sample itself, as on
+  // tie-heavy rows, whose tied value must be tau, not above it.
+  // Records the histogram passes in trace. Ends with a barrier in every branch.
+  __device__ std::uint32_t threshold(RowTrace& trace) {
     const std::int32_t s = sample_count(len_);
     const double expected = static_cast<double>(s) * K / len_;
     const double rank = fmax(1.0, ceil(expected + kGuard * sqrt(expected)) + 1.0);
@@ -159,28 +228,52 @@ class RowSelect {
       __syncthreads();  // the counters thread 0 reset are visible to the filter
       return p_.force_threshold ? p_.forced_threshold_key : 0u;
     }
-    for (std::int32_t i = threadIdx.x; i < s; i += kThreads) {
+    auto& th = sh_.phase.threshold;
+    std::uint32_t lo = kMaxKey, hi = 0;
+    for (std::int32_t i = threadIdx.x; i < s; i += G::kThreads) {
       const std::int64_t pos = (2 * static_cast<std::int64_t>(i) + 1) * len_ / (2 * s);
-      sh_.phase.sample_keys[i] = score_key(__ldg(row_ + pos));
+      const std::uint32_t key = score_key(__ldg(row_ + pos));
+      th.sample_keys[i] = key;
+      lo = min(lo, key);
+      hi = max(hi, key);
     }
-    __syncthreads();
-    const auto samples = [&](auto&& fn) {
-      for (std::int32_t base = 0; base < s; base += kThreads) {
-        const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
-        fn(i < s ? sh_.phase.sample_keys[i] : 0u, i < s);
-      }
-    };
-    // Ends with a barrier: the candidate buffers may overwrite the samples.
-    return device::block_radix_select(samples, static_cast<std::uint32_t>(rank), sh_.radix).kth_key;
+#pragma unroll
+    for (int b = 0; b < Cfg::kBinsPerThread; ++b) th.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
+    lo = __reduce_min_sync(device::kFullWarp, lo);
+    hi = __reduce_max_sync(device::kFullWarp, hi);
+    const unsigned warp = threadIdx.x / device::kWarpSize;
+    if (device::lane_id() == 0) {
+      sh_.warp_min[warp] = lo;
+      sh_.warp_max[warp] = hi;
+    }
+    __syncthreads();  // samples, key range and zeroed histogram visible
+#pragma unroll
+    for (int w = 0; w < G::kThreads / device::kWarpSize; ++w) {
+      lo = min(lo, sh_.warp_min[w]);
+      hi = max(hi, sh_.warp_max[w]);
+    }
+    KeyWindow window(lo, hi);
+    auto wanted = static_cast<std::uint32_t>(rank);  // rank inside the window
+    std::uint32_t above = 0;                          // samples above the window
+    for (;;) {
+      ++trace.threshold_passes;
+      const typename Cfg::BinPick pick = pick_sample_bin(window, s, wanted);
+      const double through = above + pick.above + pick.in;  // samples >= the bin's bottom
+      if (window.shift == 0 || through <= rank * (1.0 + kMaxBinExcess)) return window.bin_bottom(pick.bin);
+      above += pick.above;
+      wanted -= pick.above;
+      window = KeyWindow(window.bin_bottom(pick.bin), window.bin_top(pick.bin));
+    }
   }
 
   // Step 2: one pass over the row; exact counts land in sh.count_gt/count_eq.
   __device__ void filter(std::uint32_t tau) {
-    const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos, kCandidateCapacity,
-                                     &sh_.gt_slots, sh_.tie_pos, Config<K>::kTieCapacity, &sh_.tie_slots};
+    const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
+                                     static_cast<std::uint32_t>(G::kCandidateCapacity),
+                                     &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
     std::uint32_t count_gt = 0, count_eq = 0;
     const auto pass = [&](const auto& threshold) {
-      device::for_each_row_batch<kThreads, kLoadUnroll>(row_, len_, [&](const auto& batch) {
+      device::for_each_row_batch<G::kThreads, kLoadUnroll>(row_, len_, [&](const auto& batch) {
         device::filter_batch(batch, threshold, sink, count_gt, count_eq);
       });
     };
@@ -201,7 +294,7 @@ class RowSelect {
   // The first n stored candidates (n <= capacity).
   __device__ auto candidate_items(std::uint32_t n) {
     return [this, n](auto&& fn) {
-      for (std::uint32_t base = 0; base < n; base += kThreads) {
+      for (std::uint32_t base = 0; base < n; base += G::kThreads) {
         const std::uint32_t i = base + threadIdx.x;
         const bool present = i < n;
         fn(present ? sh_.phase.candidates.keys[i] : 0u, present ? sh_.phase.candidates.pos[i] : 0, present);
@@ -212,7 +305,7 @@ class RowSelect {
   // The first n stored tie positions, all with key tau (n <= tie capacity).
   __device__ auto tie_items(std::uint32_t n, std::uint32_t tau) {
     return [this, n, tau](auto&& fn) {
-      for (std::uint32_t base = 0; base < n; base += kThreads) {
+      for (std::uint32_t base = 0; base < n; base += G::kThreads) {
         const std::uint32_t i = base + threadIdx.x;
         const bool present = i < n;
         fn(tau, present ? sh_.tie_pos[i] : 0, present);
@@ -224,7 +317,7 @@ class RowSelect {
   // one 16-byte load per round, as the emission inside fn needs registers).
   __device__ auto row_items(std::uint32_t lo, std::uint32_t hi) {
     return [this, lo, hi](auto&& fn) {
-      device::for_each_row_batch<kThreads, kRepairLoadUnroll>(row_, len_, [&](const auto& batch) {
+      device::for_each_row_batch<G::kThreads, kRepairLoadUnroll>(row_, len_, [&](const auto& batch) {
 #pragma unroll
         for (int e = 0; e < batch.kElements; ++e) {
           const std::uint32_t key = score_key(batch.at(e));
@@ -288,18 +381,18 @@ class RowSelect {
   std::int32_t len_;
 };
 
-template <int K>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) topk_kernel(const KernelParams p) {
+template <int K, class G>
+__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(const KernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  auto& sh = *reinterpret_cast<typename Config<K>::SharedStorage*>(smem);
+  auto& sh = *reinterpret_cast<typename Config<K, G>::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
   const std::int32_t ks = p.ks[t];
   const std::int32_t len = p.ke[t] - ks;
-  RowSelect<K> row(sh, p, p.scores + t * p.stride + ks, len);
+  RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
   }
-  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0};
+  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     row.direct();
   } else {
