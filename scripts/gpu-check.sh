@@ -2,11 +2,15 @@
 # The one GPU job, run on the device machine from a fresh copy of the tree:
 #   builds with ninja (ptxas register/spill report on), runs every gpu test,
 #   compute-sanitizer (memcheck, racecheck, synccheck) on the gpu tests,
-#   the cpu tests, the benchmark grid with in-run ceilings, and writes
-#   $OUT/summary.md, $OUT/bench.json, $OUT/gpu-tests.json and $OUT/full.log.
+#   the cpu tests, the benchmark grid with in-run ceilings for every operator
+#   in BENCH_OPS (with CUB and torch.topk baselines beside the top-k), and
+#   writes $OUT/summary.md, $OUT/bench-<op>.json, $OUT/gpu-tests.json and
+#   $OUT/full.log.
 # Usage (device tool): command "bash scripts/gpu-check.sh", carry [".deps"]
 # (prepare .deps here first with scripts/prepare-device.sh).
-# Environment: GRID=h200|small (default h200), SKIP_SANITIZER=1, BENCH_ARGS.
+# Environment: GRID=h200|small (default h200), SKIP_SANITIZER=1,
+# SANITIZER_FILTER (gtest filter for the sanitizer runs), BENCH_OPS (default
+# "indexer scores topk"), BENCH_ARGS (extra bench options).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -60,7 +64,18 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
   done
 fi
 run_logged cpu_tests ctest --test-dir build-gpu -L cpu -j "$JOBS" --output-on-failure
-run_logged bench build-gpu/dsa-topk bench --backend cuda --grid "${GRID:-h200}" --json "$OUT/bench.json" ${BENCH_ARGS:-}
+BENCH_STEPS=()
+for op in ${BENCH_OPS:-indexer scores topk}; do
+  extra=()
+  [ "$op" = topk ] && extra=(--baselines)
+  run_logged "bench_$op" build-gpu/dsa-topk bench --backend cuda --op "$op" --grid "${GRID:-h200}" \
+    --json "$OUT/bench-$op.json" "${extra[@]}" ${BENCH_ARGS:-}
+  BENCH_STEPS+=("bench_$op")
+done
+if [[ " ${BENCH_OPS:-indexer scores topk} " == *" topk "* ]]; then
+  run_logged torch_topk python3 scripts/bench_torch_topk.py
+  BENCH_STEPS+=(torch_topk)
+fi
 
 {
   echo
@@ -68,7 +83,7 @@ run_logged bench build-gpu/dsa-topk bench --backend cuda --grid "${GRID:-h200}" 
   echo
   echo "| step | exit code |"
   echo "|---|---|"
-  for name in configure build gpu_tests sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck cpu_tests bench; do
+  for name in configure build gpu_tests sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck cpu_tests "${BENCH_STEPS[@]}"; do
     [ -n "${RC[$name]+x}" ] && echo "| $name | ${RC[$name]} |"
   done
   echo
@@ -92,10 +107,14 @@ run_logged bench build-gpu/dsa-topk bench --backend cuda --grid "${GRID:-h200}" 
   grep -E 'tests passed|tests failed|Failed|Skipped' "$LOG" | tail -5
   echo '```'
   echo
-  echo "## Benchmark"
-  echo '```'
-  sed -n '/^== bench/,$p' "$LOG" | grep -vE '^\[[0-9]+/[0-9]+\]|^measuring|^== ' | head -60
-  echo '```'
+  echo "## Benchmarks"
+  for step in "${BENCH_STEPS[@]}"; do
+    echo
+    echo "### $step"
+    echo '```'
+    sed -n "/^== $step:/,/^   -> exit/p" "$LOG" | grep -vE '^\[[0-9]+/[0-9]+\]|^measuring|^== |^   -> ' | head -40
+    echo '```'
+  done
 } >>"$SUMMARY"
 cat "$SUMMARY"
 failed=0

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "baselines.h"
 #include "device_run.h"
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
@@ -116,6 +117,7 @@ struct Row {
   int K = 0;
   std::int64_t pairs = 0;
   double ms = 0;
+  double cub_ms = 0;  // in-run baseline (topk --baselines): CUB segmented radix sort
 };
 
 std::string fmt(const char* f, double v) {
@@ -124,21 +126,30 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// Scoring ops report TFLOP/s against the FP8 ceiling; top-k reports the rate
+// it reads the scores (4 bytes per pair) against the copy ceiling.
 void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
-  std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %10s %10s %9s %8s  %s\n", "op", "dist", "layout", "back",
-              "T", "N", "K", "pairs", "ms", "Mpairs/s", "TFLOP/s", "%FP8", "result");
+  const bool baselines = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.cub_ms > 0; });
+  std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
+              "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit", "%ceil");
+  if (baselines) std::printf(" %9s %7s", "CUB ms", "xCUB");
+  std::printf("  result\n");
   for (const Row& r : rows) {
     const bool timed = r.ms > 0;
-    const double mpairs = timed ? r.pairs / (r.ms * 1e3) : 0;
-    const double tflops = timed && r.op != "topk" ? r.pairs * kFlopPerPair / (r.ms * 1e9) : 0;
-    const std::string pct = ceilings && ceilings->measured && tflops > 0
-                                ? fmt("%.1f", 100.0 * tflops / ceilings->fp8_tflops)
-                                : "-";
-    std::printf("%-8s %-14s %-17s %-5s %6lld %8lld %5d %10lld %10s %10s %9s %8s  %s\n", r.op.c_str(),
-                r.dist.c_str(), r.layout.c_str(), r.backend.c_str(), static_cast<long long>(r.T),
-                static_cast<long long>(r.N), r.K, static_cast<long long>(r.pairs),
-                timed ? fmt("%.3f", r.ms).c_str() : "-", timed ? fmt("%.2f", mpairs).c_str() : "-",
-                tflops > 0 ? fmt(tflops < 1 ? "%.4f" : "%.1f", tflops).c_str() : "-", pct.c_str(), r.result.c_str());
+    const bool topk_op = r.op == "topk";
+    const double rate = !timed ? 0 : topk_op ? 4.0 * r.pairs / (r.ms * 1e9) : r.pairs * kFlopPerPair / (r.ms * 1e9);
+    const double ceiling = !ceilings || !ceilings->measured ? 0 : topk_op ? ceilings->copy_tb_s : ceilings->fp8_tflops;
+    std::printf("%-8s %-14s %-17s %-5s %6lld %8lld %5d %10lld %9s %10s %9s %-8s %7s", r.op.c_str(), r.dist.c_str(),
+                r.layout.c_str(), r.backend.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.N), r.K,
+                static_cast<long long>(r.pairs), timed ? fmt("%.3f", r.ms).c_str() : "-",
+                timed ? fmt("%.2f", r.pairs / (r.ms * 1e3)).c_str() : "-",
+                timed ? fmt(rate < 1 ? "%.4f" : "%.1f", rate).c_str() : "-", topk_op ? "TB/s rd" : "TFLOP/s",
+                timed && ceiling > 0 ? fmt("%.1f", 100.0 * rate / ceiling).c_str() : "-");
+    if (baselines) {
+      std::printf(" %9s %7s", r.cub_ms > 0 ? fmt("%.3f", r.cub_ms).c_str() : "-",
+                  r.cub_ms > 0 && timed ? fmt("%.2f", r.cub_ms / r.ms).c_str() : "-");
+    }
+    std::printf("  %s\n", r.result.c_str());
   }
 }
 
@@ -150,7 +161,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
     j["rows"].push_back({{"op", r.op}, {"dist", r.dist}, {"layout", r.layout}, {"backend", r.backend},
-                         {"T", r.T}, {"N", r.N}, {"K", r.K}, {"pairs", r.pairs}, {"ms", r.ms},
+                         {"T", r.T}, {"N", r.N}, {"K", r.K}, {"pairs", r.pairs}, {"ms", r.ms}, {"cub_ms", r.cub_ms},
                          {"result", r.result}});
   }
   std::ofstream(path) << j.dump(2) << "\n";
@@ -332,7 +343,7 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify"}));
+  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string grid = args.get("grid", "small");
   const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
@@ -372,8 +383,13 @@ int run_bench(const Args& args) {
         rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
                                 threads, reps, check, ++index, total));
       } else {
-        rows.push_back(run_case(tools::make_scores_problem(spec), op, dist, spec.layout, options, false, backend,
-                                threads, reps, check, ++index, total));
+        const ScoresProblem prob = tools::make_scores_problem(spec);
+        rows.push_back(run_case(prob, op, dist, spec.layout, options, false, backend, threads, reps, check, ++index,
+                                total));
+        if (args.flag("baselines") && backend == Backend::kCuda) {
+          const Status st = time_cub_segmented_sort(prob, reps, &rows.back().cub_ms);
+          if (!st.ok()) rows.back().result += " (CUB: " + st.to_string() + ")";
+        }
       }
     }
   }

@@ -32,6 +32,8 @@ bench options:
   --grid small|h200         shape grid (h200: the grid of shared/h200.md)
   --reps N                  timed repetitions (median reported)
   --json FILE               also write the results as JSON
+  --baselines               (--op topk --backend cuda) also time CUB's segmented radix sort
+  --no-verify               skip the exactness check of each timed result
 replay options:
   --out FILE                write indices (and values with --values)
   --verify                  check the result exactly against the CPU reference scores
