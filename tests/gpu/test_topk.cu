@@ -80,21 +80,9 @@ GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool 
   return r;
 }
 
-tools::CheckReport check(const ScoresProblem& prob, const SelectOptions& options, const tools::TopkOutput& out) {
-  tools::CheckInput in;
-  in.T = prob.T;
-  in.ks = prob.ks.data();
-  in.ke = prob.ke.data();
-  in.row_scores = tools::dense_row_scores(prob.scores.data(), prob.stride, prob.ks.data(), prob.ke.data());
-  in.indices = out.indices.data();
-  in.values = out.values.empty() ? nullptr : out.values.data();
-  in.options = options;
-  return tools::check_topk(in);
-}
-
 #define EXPECT_EXACT(prob, options, out)                                        \
   do {                                                                          \
-    const tools::CheckReport report_ = check((prob), (options), (out));         \
+    const tools::CheckReport report_ = tools::check_problem((prob), (options), (out)); \
     EXPECT_TRUE(report_.ok()) << report_.summary();                             \
   } while (0)
 
