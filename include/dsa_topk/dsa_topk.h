@@ -174,8 +174,10 @@ Status validate(const IndexerTopkParams& params, Backend backend);
 Status validate(const IndexerScoresParams& params, Backend backend);
 Status validate(const TopkParams& params, Backend backend);
 
-// Whether this process can run Backend::kCuda (a device is present and the
-// library was built with CUDA kernels for it); `why` says why not.
-bool cuda_backend_available(std::string* why = nullptr);
+enum class Operator { kIndexerTopk, kIndexerScores, kTopk };
+
+// Whether this process can run `op` on Backend::kCuda (a usable Hopper GPU is
+// present and this version has a kernel for `op`); `why` says why not.
+bool cuda_backend_available(Operator op, std::string* why = nullptr);
 
 }  // namespace dsa

@@ -63,7 +63,8 @@ Status cuda_not_available_yet(const char* op) {
   std::string why;
   if (!detail::cuda_device_present(&why)) return {StatusCode::kUnsupported, std::string(op) + ": " + why};
   return {StatusCode::kUnsupported,
-          std::string(op) + ": this version has no CUDA kernel for it; use Backend::kCpu"};
+          std::string(op) + ": the fused kernel is not in this version; use Backend::kCpu, or indexer_scores "
+                            "then topk on Backend::kCuda"};
 }
 
 }  // namespace
@@ -106,10 +107,13 @@ Status indexer_scores(const IndexerScoresParams& params, const ExecutionContext&
   return reference::indexer_scores_cpu(params, ctx.num_threads);
 }
 
-bool cuda_backend_available(std::string* why) {
+bool cuda_backend_available(Operator op, std::string* why) {
   if (!detail::cuda_device_present(why)) return false;
-  if (why) *why = "this version has no CUDA kernels yet";
-  return false;
+  if (op == Operator::kIndexerTopk) {
+    if (why) *why = "the fused indexer_topk kernel is not in this version";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace dsa

@@ -320,7 +320,7 @@ int run_check(const Args& args) {
 
 int run_default() {
   std::string why;
-  const Backend backend = cuda_backend_available(&why) ? Backend::kCuda : Backend::kCpu;
+  const Backend backend = cuda_backend_available(Operator::kIndexerTopk, &why) ? Backend::kCuda : Backend::kCpu;
   std::fprintf(stderr, "dsa-topk: exactness check of every distribution on the %s backend%s\n",
                backend_name(backend).c_str(), backend == Backend::kCpu ? (" (" + why + ")").c_str() : "");
   std::vector<Row> rows;
