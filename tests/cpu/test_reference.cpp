@@ -215,5 +215,30 @@ TEST(ReferenceTopk, StandaloneTopkOnEveryScoreDistribution) {
   }
 }
 
+// N up to 1M (contract section 1), both tie modes, on a few rows.
+TEST(ReferenceTopk, MillionKeyRows) {
+  for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kDeadRelu}) {
+    tools::ProblemSpec spec;
+    spec.dist = dist;
+    spec.layout = Layout::kFull;
+    spec.T = 2;
+    spec.N = 1 << 20;
+    spec.K = 2048;
+    spec.seed = 77;
+    const auto prob = tools::make_scores_problem(spec);
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      SelectOptions options;
+      options.ties = ties;
+      tools::TopkOutput out;
+      out.T = prob.T;
+      out.K = options.k;
+      out.indices.assign(prob.T * options.k, -5);
+      ASSERT_TRUE(topk(prob.params(out.indices.data(), nullptr, options), ExecutionContext{}).ok());
+      const auto report = tools::check_problem(prob, options, out);
+      EXPECT_TRUE(report.ok()) << tools::to_string(dist) << "\n" << report.summary();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsa
