@@ -112,34 +112,44 @@ struct DeviceInputs {
   }
 };
 
-}  // namespace
-
-Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
-                     tools::TopkOutput* out, std::vector<double>* ms) {
-  DeviceInputs inputs;
-  DeviceBuffer indices, values, workspace;
-  for (Status st : {inputs.upload(prob), prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
-    if (!st.ok()) return st;
-  }
-  IndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
-  static_cast<IndexerInputs&>(p) = inputs.bind(p);
+// Allocates the operator's workspace, times it on the CUDA backend and
+// downloads the last result.
+template <typename Params>
+Status time_operator(const Params& p, Status (*workspace_size)(const Params&, Backend, std::size_t*),
+                     Status (*run)(const Params&, const ExecutionContext&), DeviceBuffer& indices,
+                     DeviceBuffer& values, int reps, tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceBuffer workspace;
   std::size_t ws_bytes = 0;
-  Status st = indexer_topk_workspace_size(p, Backend::kCuda, &ws_bytes);
+  Status st = workspace_size(p, Backend::kCuda, &ws_bytes);
   if (st.ok()) st = workspace.alloc(ws_bytes);
   if (!st.ok()) return st;
   ExecutionContext ctx{Backend::kCuda, nullptr, 0, workspace.as<void>(), ws_bytes};
   st = timed_runs(
       [&](bool check_ranges) {
         ctx.check_ranges = check_ranges;
-        return indexer_topk(p, ctx);
+        return run(p, ctx);
       },
       indices, values, out->indices.size(), reps, ms);
   return st.ok() ? download(indices, values, out) : st;
 }
 
+}  // namespace
+
+Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceInputs inputs;
+  DeviceBuffer indices, values;
+  for (Status st : {inputs.upload(prob), prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
+    if (!st.ok()) return st;
+  }
+  IndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
+  static_cast<IndexerInputs&>(p) = inputs.bind(p);
+  return time_operator(p, &indexer_topk_workspace_size, &indexer_topk, indices, values, reps, out, ms);
+}
+
 Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms) {
-  DeviceBuffer scores, ks, ke, indices, values, workspace;
+  DeviceBuffer scores, ks, ke, indices, values;
   for (Status st : {scores.upload(prob.scores), ks.upload(prob.ks), ke.upload(prob.ke),
                     prepare_outputs(prob.T, options, want_values, indices, values, out)}) {
     if (!st.ok()) return st;
@@ -148,18 +158,7 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
   p.scores = scores.as<float>();
   p.ks = ks.as<std::int32_t>();
   p.ke = ke.as<std::int32_t>();
-  std::size_t ws_bytes = 0;
-  Status st = topk_workspace_size(p, Backend::kCuda, &ws_bytes);
-  if (st.ok()) st = workspace.alloc(ws_bytes);
-  if (!st.ok()) return st;
-  ExecutionContext ctx{Backend::kCuda, nullptr, 0, workspace.as<void>(), ws_bytes};
-  st = timed_runs(
-      [&](bool check_ranges) {
-        ctx.check_ranges = check_ranges;
-        return topk(p, ctx);
-      },
-      indices, values, out->indices.size(), reps, ms);
-  return st.ok() ? download(indices, values, out) : st;
+  return time_operator(p, &topk_workspace_size, &topk, indices, values, reps, out, ms);
 }
 
 Status run_scores_on_device(const tools::IndexerProblem& prob, int reps, std::vector<float>* scores,
