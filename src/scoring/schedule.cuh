@@ -19,29 +19,33 @@ struct KeyRange {
 
 // Row t's range clamped to [0, num_keys): unvalidated ranges
 // (ExecutionContext::check_ranges = false) can never address memory outside
-// the inputs and outputs.
+// the inputs and outputs. A row whose row_mask entry is 0 gets an empty range
+// (the fused operator's repair rescores only the rows it flagged).
 struct RowRange {
   std::int32_t begin = 0, end = 0;
 };
 __device__ __forceinline__ RowRange row_range(const std::int32_t* __restrict__ ks, const std::int32_t* __restrict__ ke,
-                                              std::int64_t t, std::int64_t num_keys) {
+                                              const std::uint32_t* __restrict__ row_mask, std::int64_t t,
+                                              std::int64_t num_keys) {
   const std::int32_t n = static_cast<std::int32_t>(num_keys);
   RowRange r;
   r.begin = min(max(__ldg(ks + t), 0), n);
   r.end = min(max(__ldg(ke + t), r.begin), n);
+  if (row_mask != nullptr && __ldg(row_mask + t) == 0) r.end = r.begin;
   return r;
 }
 
 template <int kQueries, int kTile>
 __device__ __forceinline__ KeyRange block_key_range(const std::int32_t* __restrict__ ks,
-                                                    const std::int32_t* __restrict__ ke, std::int64_t t0,
+                                                    const std::int32_t* __restrict__ ke,
+                                                    const std::uint32_t* __restrict__ row_mask, std::int64_t t0,
                                                     std::int64_t num_queries, std::int64_t num_keys,
                                                     std::int64_t chunk, std::int64_t chunk_keys) {
   std::int64_t lo = INT64_MAX, hi = 0;
 #pragma unroll
   for (int q = 0; q < kQueries; ++q) {
     if (t0 + q < num_queries) {
-      const RowRange r = row_range(ks, ke, t0 + q, num_keys);
+      const RowRange r = row_range(ks, ke, row_mask, t0 + q, num_keys);
       if (r.begin < r.end) {
         lo = min(lo, static_cast<std::int64_t>(r.begin));
         hi = max(hi, static_cast<std::int64_t>(r.end));

@@ -12,6 +12,9 @@ namespace dsa::scoring {
 // pipeline fill are amortised.
 std::int64_t choose_chunk_keys(std::int64_t num_queries, std::int64_t num_keys, int num_heads, int sm_count);
 
-Status launch_indexer_scores(const IndexerScoresParams& params, CUstream_st* stream);
+// Scores every row (or, with row_mask, the rows whose entry is nonzero) into
+// params.scores on `stream`: one launch, no synchronisation.
+Status launch_indexer_scores(const IndexerScoresParams& params, CUstream_st* stream,
+                             const std::uint32_t* row_mask = nullptr);
 
 }  // namespace dsa::scoring

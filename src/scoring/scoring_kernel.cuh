@@ -17,14 +17,52 @@
 namespace dsa::scoring {
 
 struct ScoresArgs {
-  const float* w;             // [T, H]
-  const std::int32_t* ks;     // [T]
-  const std::int32_t* ke;     // [T]
-  std::int64_t num_queries;   // T
-  std::int64_t num_keys;      // N
-  std::int64_t chunk_keys;    // keys per blockIdx.y chunk, a multiple of kTileKeys
-  float* scores;              // [T, score_stride]
-  std::int64_t score_stride;
+  const float* w;                 // [T, H]
+  const std::int32_t* ks;         // [T]
+  const std::int32_t* ke;         // [T]
+  const std::uint32_t* row_mask;  // [T] or null: rows with 0 score nothing
+  std::int64_t num_queries;       // T
+  std::int64_t num_keys;          // N
+  std::int64_t chunk_keys;        // keys per blockIdx.y chunk, a multiple of kTileKeys
+};
+
+// Where the scores of a tile go. A sink is a kernel argument with
+//   Shared                        shared memory it needs after SharedStorage;
+//   init(Shared&)                 thread 0, before the CTA's first barrier;
+//   begin<R>(t0, lane, rows)      per-lane state for the lane's R rows
+//                                 (queries lane % 4 + 4r, ranges `rows`);
+//   put(state, Shared&, t0, key, score, valid)
+//                                 every math thread, converged, once per tile:
+//                                 score[r][half] of key index key[half],
+//                                 valid[r][half] when inside row r's range;
+//   finish(state, Shared&, t0)    every math thread once after its last tile.
+// StoreSink writes the scores matrix (the indexer_scores operator); the fused
+// operator's sinks live in src/fused/sinks.cuh.
+struct StoreSink {
+  float* scores;  // [T, stride]
+  std::int64_t stride;
+  struct Shared {};
+  template <int R>
+  struct Lane {};
+  __device__ void init(Shared&) const {}
+  template <int R>
+  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R]) const {
+    return {};
+  }
+  template <int R>
+  __device__ __forceinline__ void put(Lane<R>&, Shared&, std::int64_t t0, int lane, const std::int64_t (&key)[2],
+                                      const float (&score)[R][2], const bool (&valid)[R][2]) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float* out_row = scores + (t0 + lane % 4 + 4 * r) * stride;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (valid[r][half]) out_row[key[half]] = score[r][half];
+      }
+    }
+  }
+  template <int R>
+  __device__ void finish(Lane<R>&, Shared&, std::int64_t, int) const {}
 };
 
 __device__ __forceinline__ SharedStorage& shared_storage(std::uint8_t* raw) {
@@ -72,9 +110,9 @@ __device__ __forceinline__ float lane_value(const float (&out)[kQueries][2], int
   return v;
 }
 
-template <int kHeads>
-__device__ __forceinline__ void consume(SharedStorage& smem, const ScoresArgs& args, std::int64_t t0,
-                                        const KeyRange& range, int math_wg) {
+template <int kHeads, class Sink>
+__device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shared& sink_smem, const ScoresArgs& args,
+                                        const Sink& sink, std::int64_t t0, const KeyRange& range, int math_wg) {
   using S = Shape<kHeads>;
   constexpr int kStoresPerLane = S::kQueries / 4;  // queries q = lane%4 + 4r
   const int lane = threadIdx.x % 32;
@@ -82,14 +120,14 @@ __device__ __forceinline__ void consume(SharedStorage& smem, const ScoresArgs& a
 
   HeadWeights<kHeads> weights;
   weights.load(args.w, t0, args.num_queries, lane);
-  std::int32_t row_ks[kStoresPerLane], row_ke[kStoresPerLane];
+  RowRange rows[kStoresPerLane];
 #pragma unroll
   for (int r = 0; r < kStoresPerLane; ++r) {
     const std::int64_t t = t0 + lane % 4 + 4 * r;
-    const RowRange rr = t < args.num_queries ? row_range(args.ks, args.ke, t, args.num_keys) : RowRange{};
-    row_ks[r] = rr.begin;  // rows past T get an empty range: they store nothing
-    row_ke[r] = rr.end;
+    // Rows past T get an empty range: they store nothing.
+    rows[r] = t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
   }
+  auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows);
 
   sm90::barrier_wait(&smem.q_full, 0);
   sm90::PipelineState<kStages> st;
@@ -106,31 +144,39 @@ __device__ __forceinline__ void consume(SharedStorage& smem, const ScoresArgs& a
     float head_sums[S::kQueries][2];
     reduce_heads<kHeads>(acc, weights, head_sums);
     const std::int64_t key0 = range.begin + static_cast<std::int64_t>(i) * kTileKeys;
+    const std::int64_t key[2] = {key0 + row, key0 + row + 8};
+    float score[kStoresPerLane][2];
+    bool valid[kStoresPerLane][2];
 #pragma unroll
     for (int r = 0; r < kStoresPerLane; ++r) {
       const int q = lane % 4 + 4 * r;
-      float* out_row = args.scores + (t0 + q) * args.score_stride;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const std::int64_t s = key0 + row + 8 * half;
-        if (s >= row_ks[r] && s < row_ke[r]) {
-          out_row[s] = apply_key_scale(lane_value(head_sums, q, half), half == 0 ? scale_lo : scale_hi);
-        }
+        score[r][half] = apply_key_scale(lane_value(head_sums, q, half), half == 0 ? scale_lo : scale_hi);
+        valid[r][half] = key[half] >= rows[r].begin && key[half] < rows[r].end;
       }
     }
+    sink.put(lane_state, sink_smem, t0, lane, key, score, valid);
     st.advance(kMathWarpgroups);
   }
+  sink.finish(lane_state, sink_smem, t0, lane);
 }
 
-template <int kHeads>
+// The sink's shared memory, after SharedStorage.
+template <class Sink>
+__device__ __forceinline__ typename Sink::Shared& sink_storage(SharedStorage& smem) {
+  return *reinterpret_cast<typename Sink::Shared*>(reinterpret_cast<std::uint8_t*>(&smem) + sizeof(SharedStorage));
+}
+
+template <int kHeads, class Sink>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_scores_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args) {
+                          const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args, const Sink sink) {
   using S = Shape<kHeads>;
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * S::kQueries;
-  const KeyRange range = block_key_range<S::kQueries, kTileKeys>(args.ks, args.ke, t0, args.num_queries,
+  const KeyRange range = block_key_range<S::kQueries, kTileKeys>(args.ks, args.ke, args.row_mask, t0, args.num_queries,
                                                                  args.num_keys, blockIdx.y, args.chunk_keys);
   if (range.tiles == 0) return;  // the same for every thread of the CTA
 
@@ -138,6 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     smem.pipeline.init(4);
     sm90::barrier_init(&smem.q_full, 1);
+    sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
   }
   __syncthreads();
@@ -150,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     sm90::setmaxnreg_inc<kMathRegs>();
-    consume<kHeads>(smem, args, t0, range, warpgroup - 1);
+    consume<kHeads>(smem, sink_storage<Sink>(smem), args, sink, t0, range, warpgroup - 1);
   }
 }
 

@@ -1,0 +1,70 @@
+// The launcher of the scoring kernel for any sink (scoring_kernel.cuh): the
+// indexer_scores operator (StoreSink) and the fused operator's stages use it,
+// so every score on the CUDA backend comes from the same main loop.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/sm90/tma.h"
+#include "dsa_topk/dsa_topk.h"
+#include "scoring/scoring.h"
+#include "scoring/scoring_kernel.cuh"
+
+namespace dsa::scoring {
+
+inline Status scoring_cuda_error(cudaError_t err, const char* what) {
+  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+// Dynamic shared memory of the kernel with sink Sink (+1 KiB to align the
+// base for the 128-byte swizzle).
+template <class Sink>
+constexpr int scoring_smem_bytes() {
+  return static_cast<int>(sizeof(SharedStorage) + sizeof(typename Sink::Shared)) + 1024;
+}
+
+// Scores rows [0, in.num_queries) of `in` (ranges in.ks/in.ke, rows with
+// row_mask[t] == 0 skipped when row_mask is set) into `sink`, on `stream`.
+template <int kHeads, class Sink>
+Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream) {
+  using S = Shape<kHeads>;
+  if (in.num_queries == 0 || in.num_keys == 0) return Status::Ok();
+  CUtensorMap q_map, k_map, scale_map;
+  Status st = sm90::make_tensor_map_rows_sw128(&q_map, in.q, static_cast<std::uint64_t>(in.num_queries) * kHeads,
+                                               kHeadDim, kHeadDim, kTileCols);
+  if (st.ok()) {
+    st = sm90::make_tensor_map_rows_sw128(&k_map, in.k, static_cast<std::uint64_t>(in.num_keys), kHeadDim,
+                                          static_cast<std::uint64_t>(in.k_row_stride), kTileKeys);
+  }
+  if (st.ok()) {
+    st = sm90::make_tensor_map_f32_1d(&scale_map, in.k_scale, static_cast<std::uint64_t>(in.num_keys), kTileKeys);
+  }
+  if (!st.ok()) return st;
+
+  int device = 0, sm_count = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  const std::int64_t chunk = choose_chunk_keys(in.num_queries, in.num_keys, kHeads, sm_count);
+  const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys, chunk};
+  const dim3 grid(static_cast<unsigned>((in.num_queries + S::kQueries - 1) / S::kQueries),
+                  static_cast<unsigned>((in.num_keys + chunk - 1) / chunk));
+  constexpr int kSmemBytes = scoring_smem_bytes<Sink>();
+  auto kernel = indexer_scores_kernel<kHeads, Sink>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (err != cudaSuccess) return scoring_cuda_error(err, "scoring kernel shared memory");
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args, sink);
+  err = cudaGetLastError();
+  return err == cudaSuccess ? Status::Ok() : scoring_cuda_error(err, "scoring kernel launch");
+}
+
+template <class Sink>
+Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream) {
+  return in.num_heads == 64 ? launch_scoring<64>(in, row_mask, sink, stream)
+                            : launch_scoring<32>(in, row_mask, sink, stream);
+}
+
+}  // namespace dsa::scoring
