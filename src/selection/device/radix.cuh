@@ -106,14 +106,21 @@ __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, boo
 // warps); the set is the keys with present == true. Every thread gets the result.
 // Invariant after each pass: `prefix` holds the fixed digits of the k-th
 // largest key, and it is the `rank`-th largest among keys sharing them.
+// With bounds lo <= every present key <= hi (block-uniform), the digits lo
+// and hi share are fixed from the start and the sweep begins at the first
+// digit where they differ (none when lo == hi).
 // Begins by writing sh.histogram, so the caller must not read `sh` after its
 // own last barrier; ends with a barrier, after which the visited set may be
 // overwritten.
 template <class ForEachKey>
-__device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::uint32_t k,
-                                          RadixShared& sh) {
-  std::uint32_t prefix = 0, fixed = 0, rank = k;
-  for (int shift = kKeyBits - kRadixBits; shift >= 0; shift -= kRadixBits) {
+__device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::uint32_t k, RadixShared& sh,
+                                          std::uint32_t lo = 0, std::uint32_t hi = 0xFFFFFFFFu) {
+  const std::uint32_t diff = lo ^ hi;
+  if (diff == 0) return {hi, k};  // every key equals hi
+  const int start = (31 - __clz(static_cast<int>(diff))) / kRadixBits * kRadixBits;
+  std::uint32_t fixed = start + kRadixBits >= kKeyBits ? 0u : ~((1u << (start + kRadixBits)) - 1u);
+  std::uint32_t prefix = hi & fixed, rank = k;
+  for (int shift = start; shift >= 0; shift -= kRadixBits) {
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.histogram[b] = 0;
     __syncthreads();
     for_each_key([&](std::uint32_t key, bool present) {

@@ -80,7 +80,8 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         params.options.sorted,
                         hooks.force_threshold,
                         hooks.forced_threshold_key,
-                        hooks.trace};
+                        hooks.trace,
+                        hooks.row_mask};
   Instance inst{};
   const Status st = prepare_for(params.options.k, params.num_cols, &inst);
   if (!st.ok()) return st;

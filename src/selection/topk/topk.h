@@ -40,6 +40,10 @@ struct TopkHooks {
   bool force_threshold = false;
   std::uint32_t forced_threshold_key = 0;
   RowTrace* trace = nullptr;  // [num_rows] device memory, or null
+  // [num_rows] device memory, or null: rows whose entry is 0 are skipped
+  // (nothing written). The fused operator's repair finishes only the rows it
+  // flagged.
+  const std::uint32_t* row_mask = nullptr;
 };
 
 // Runs dsa::topk on params (already validated; device pointers) on `stream`:

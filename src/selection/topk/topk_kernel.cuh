@@ -17,6 +17,7 @@
 
 #include "common/keys.h"
 #include "selection/device/candidates.cuh"
+#include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/config.h"
 #include "selection/topk/topk.h"
@@ -36,6 +37,7 @@ struct KernelParams {
   bool force_threshold;         // TopkHooks
   std::uint32_t forced_threshold_key;
   RowTrace* trace;              // [T] or null
+  const std::uint32_t* row_mask;  // [T] or null: rows with 0 are skipped
 };
 
 // The work of one CTA on one row (geometry G, config.h). Item sets (candidates, ties, row ranges) are
@@ -106,34 +108,11 @@ class RowSelect {
 
   // sh.out (K order keys) -> indices/values of the row, sorted if asked.
   __device__ void write_out(std::int64_t row_index, std::int32_t ks) {
-    const std::int64_t out_base = row_index * K;
-    const std::int32_t offset = p_.relative_indices ? 0 : ks;
-    const auto write = [&](int slot, std::uint64_t order) {
-      std::int32_t index = -1;
-      float value = -std::numeric_limits<float>::infinity();
-      if (order != device::kEmptySlot) {
-        const std::int32_t pos = device::order_pos(order);
-        index = pos + offset;
-        if (p_.values != nullptr) value = __ldg(row_ + pos);  // the score's own bits
-      }
-      p_.indices[out_base + slot] = index;
-      if (p_.values != nullptr) p_.values[out_base + slot] = value;
-    };
-    // Smallest-index ties promise bit-identical runs, which the atomic slot
-    // order of sh.out is not: that mode writes the sorted order too.
-    if (!p_.sorted && !p_.smallest_index_ties) {
-      for (int slot = threadIdx.x; slot < K; slot += G::kThreads) write(slot, sh_.out[slot]);
-      return;
-    }
-    constexpr int kPerThread = Cfg::kSlotsPerThread;
-    std::uint64_t items[kPerThread];
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) items[i] = sh_.out[threadIdx.x * kPerThread + i];
-    // The sort's storage aliases the candidate buffers, which no thread reads
-    // after the barrier that precedes write_out.
-    typename Cfg::BlockSort(sh_.phase.sort).SortDescendingBlockedToStriped(items);
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) write(i * G::kThreads + threadIdx.x, items[i]);
+    const float* row = row_;
+    device::write_row<K, G::kThreads, typename Cfg::BlockSort>(
+        sh_.out, sh_.phase.sort, p_.indices + row_index * K,
+        p_.values != nullptr ? p_.values + row_index * K : nullptr, p_.relative_indices ? 0 : ks, p_.sorted,
+        p_.smallest_index_ties, [row](std::int32_t pos, std::uint32_t) { return __ldg(row + pos); });  // the score's own bits
   }
 
  private:
@@ -327,52 +306,21 @@ class RowSelect {
     };
   }
 
-  // Appends every present item with pred(key, pos) to sh.out. Slots past K
-  // are dropped: only kAny ties reach them (emit_ties).
+  // Steps 4-5 (selection/device/emit.cuh).
+  __device__ device::Emitter<K> emitter() const {
+    return device::Emitter<K>(sh_.out, &sh_.emitted, sh_.radix, p_.smallest_index_ties);
+  }
   template <class Items, class Pred>
   __device__ void emit_if(const Items& items, const Pred& pred) {
-    items([&](std::uint32_t key, std::int32_t pos, bool present) {
-      const bool take = present && pred(key, pos);
-      if (__any_sync(device::kFullWarp, take)) {
-        const std::uint32_t slot = device::warp_append<1>(take ? 1u : 0u, &sh_.emitted);
-        if (take && slot < K) sh_.out[slot] = device::order_key(key, pos);
-      }
-    });
+    emitter().emit_if(items, pred);
   }
-
-  // Appends `take` of the items with key == kth. Every other winner must be
-  // emitted (and a barrier passed) before: kAny ties race for the last
-  // `take` slots below K. Smallest-index ties: the cut is the take-th largest
-  // ~pos among the tied items (distinct, so exactly `take` pass it).
   template <class Items>
   __device__ void emit_ties(const Items& items, std::uint32_t kth, std::uint32_t take) {
-    if (!p_.smallest_index_ties) {
-      emit_if(items, [kth](std::uint32_t key, std::int32_t) { return key == kth; });
-      return;
-    }
-    const auto tied_order_keys = [&](auto&& fn) {
-      items([&](std::uint32_t key, std::int32_t pos, bool present) {
-        fn(device::index_order_key(pos), present && key == kth);
-      });
-    };
-    const std::uint32_t cut = device::block_radix_select(tied_order_keys, take, sh_.radix).kth_key;
-    emit_if(items, [kth, cut](std::uint32_t key, std::int32_t pos) {
-      return key == kth && device::index_order_key(pos) >= cut;
-    });
+    emitter().emit_ties(items, kth, take);
   }
-
-  // Steps 4-5 over an item set that holds the answer: emits its top k and
-  // returns the k-th largest key.
   template <class Items>
   __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k) {
-    const auto keys = [&](auto&& fn) {
-      items([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
-    };
-    const device::RadixResult kth = device::block_radix_select(keys, k, sh_.radix);
-    emit_if(items, [&](std::uint32_t key, std::int32_t) { return key > kth.kth_key; });
-    __syncthreads();
-    emit_ties(items, kth.kth_key, kth.take_equal);
-    return kth.kth_key;
+    return emitter().select_and_emit(items, k);
   }
 
   Storage& sh_;
@@ -386,6 +334,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Config<K, G>::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
+  if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread
   const std::int32_t ks = p.ks[t];
   const std::int32_t len = p.ke[t] - ks;
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
