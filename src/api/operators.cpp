@@ -8,6 +8,7 @@
 #include "api/status_macros.h"
 #include "api/validate.h"
 #include "dsa_topk/dsa_topk.h"
+#include "fused/fused.h"
 #include "reference/cpu_reference.h"
 #include "scoring/scoring.h"
 #include "selection/topk/topk.h"
@@ -59,20 +60,18 @@ Status check_finite_scores(const TopkParams& p) {
   return Status::Ok();
 }
 
-Status cuda_not_available_yet(const char* op) {
-  std::string why;
-  if (!detail::cuda_device_present(&why)) return {StatusCode::kUnsupported, std::string(op) + ": " + why};
-  return {StatusCode::kUnsupported,
-          std::string(op) + ": the fused kernel is not in this version; use Backend::kCpu, or indexer_scores "
-                            "then topk on Backend::kCuda"};
-}
-
 }  // namespace
 
 Status indexer_topk_workspace_size(const IndexerTopkParams& params, Backend backend,
                                    std::size_t* bytes) {
   if (bytes == nullptr) return {StatusCode::kInvalidArgument, "bytes: must not be null"};
   *bytes = 0;  // the CPU backend keeps its scratch on the host
+  if (backend == Backend::kCuda) {
+    // Validated without the per-row range rules (no device read): the size
+    // depends on shapes and K only.
+    DSA_RETURN_IF_ERROR(validate(params, backend, RangeCheck{false, nullptr}));
+    *bytes = fused::workspace_size(params);
+  }
   return Status::Ok();
 }
 
@@ -84,7 +83,12 @@ Status topk_workspace_size(const TopkParams& params, Backend backend, std::size_
 
 Status indexer_topk(const IndexerTopkParams& params, const ExecutionContext& ctx) {
   DSA_RETURN_IF_ERROR(validate(params, ctx.backend, RangeCheck{ctx.check_ranges, ctx.stream}));
-  if (ctx.backend == Backend::kCuda) return cuda_not_available_yet("indexer_topk");
+  if (ctx.backend == Backend::kCuda) {
+    if (params.options.check_finite) {
+      return {StatusCode::kUnsupported, "options.check_finite: not available on the CUDA backend yet"};
+    }
+    return fused::launch_indexer_topk(params, ctx.stream, ctx.workspace, ctx.workspace_bytes);
+  }
   if (params.options.check_finite) DSA_RETURN_IF_ERROR(check_finite_indexer(params));
   return reference::indexer_topk_cpu(params, ctx.num_threads);
 }
@@ -108,12 +112,8 @@ Status indexer_scores(const IndexerScoresParams& params, const ExecutionContext&
 }
 
 bool cuda_backend_available(Operator op, std::string* why) {
-  if (!detail::cuda_device_present(why)) return false;
-  if (op == Operator::kIndexerTopk) {
-    if (why) *why = "the fused indexer_topk kernel is not in this version";
-    return false;
-  }
-  return true;
+  (void)op;  // every operator has a CUDA kernel
+  return detail::cuda_device_present(why);
 }
 
 }  // namespace dsa

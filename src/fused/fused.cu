@@ -1,0 +1,251 @@
+// The fused indexer top-k (fused.h): sample, threshold, fused filter, select
+// and repair, all on the caller's stream.
+#include "fused/fused.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/keys.h"
+#include "fused/select_kernel.cuh"
+#include "fused/sinks.cuh"
+#include "fused/threshold_kernel.cuh"
+#include "scoring/launch.cuh"
+#include "selection/topk/topk.h"
+
+namespace dsa::fused {
+namespace {
+
+// Rescoring buffer of the repair path: flagged rows are rescored batch by
+// batch into at most this many bytes (at least one row).
+constexpr std::size_t kRepairBytes = std::size_t{256} << 20;
+constexpr std::size_t kAlign = 256;
+
+Status cuda_error(cudaError_t err, const char* what) {
+  return {StatusCode::kCudaError, std::string("indexer_topk: ") + what + ": " + cudaGetErrorString(err)};
+}
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Every step-th key, starting at offset, is a sample: about N/32 of them
+// (at most kMaxSamples, at least min(N, kMinSamples)), so sampling costs
+// ~3 % of the work; e = S*K/N samples fall in a full row's top K (64 at K =
+// 2048), which keeps the candidate count near K (1 + guard / sqrt(e)).
+struct SamplePlan {
+  std::int64_t step = 1, offset = 0, count = 0;
+};
+SamplePlan sample_plan(std::int64_t num_keys) {
+  SamplePlan plan;
+  if (num_keys <= 0) return plan;
+  const std::int64_t target =
+      std::clamp<std::int64_t>(num_keys / 32, std::min<std::int64_t>(num_keys, kMinSamples), kMaxSamples);
+  plan.step = (num_keys + target - 1) / target;
+  plan.offset = plan.step / 2;
+  plan.count = (num_keys - plan.offset + plan.step - 1) / plan.step;
+  return plan;
+}
+
+// Workspace pieces, each 256-byte aligned.
+struct Layout {
+  SamplePlan plan;
+  std::int64_t capacity = 0;      // candidates per row
+  std::int64_t repair_rows = 0;   // rows per repair batch
+  std::int64_t repair_stride = 0; // floats per rescored row
+  std::size_t sample_keys = 0, sample_scale = 0, sample_ks = 0, sample_ke = 0, sample_scores = 0, tau = 0,
+              count = 0, flags = 0, candidates = 0, repair = 0, checksum = 0, total = 0;
+};
+
+Layout layout(const IndexerTopkParams& p) {
+  Layout l;
+  const auto T = static_cast<std::size_t>(p.num_queries);
+  l.plan = sample_plan(p.num_keys);
+  l.capacity = candidate_capacity(p.options.k);
+  l.repair_stride = std::max<std::int64_t>(4, (p.num_keys + 3) / 4 * 4);
+  l.repair_rows = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(kRepairBytes / (static_cast<std::size_t>(l.repair_stride) * sizeof(float))), 1,
+      std::max<std::int64_t>(p.num_queries, 1));
+  const auto S = static_cast<std::size_t>(l.plan.count);
+  std::size_t at = 0;
+  const auto take = [&](std::size_t bytes) {
+    const std::size_t here = at;
+    at += align_up(bytes);
+    return here;
+  };
+  l.sample_keys = take(S * kHeadDim);
+  l.sample_scale = take(S * sizeof(float));
+  l.sample_ks = take(T * sizeof(std::int32_t));
+  l.sample_ke = take(T * sizeof(std::int32_t));
+  l.sample_scores = take(T * S * sizeof(float));
+  l.tau = take(T * sizeof(std::uint32_t));
+  l.count = take(T * sizeof(std::uint32_t));
+  l.flags = take(T * sizeof(std::uint32_t));
+  l.candidates = take(T * static_cast<std::size_t>(l.capacity) * sizeof(std::uint64_t));
+  l.repair = take(static_cast<std::size_t>(l.repair_rows * l.repair_stride) * sizeof(float));
+  l.checksum = take(sizeof(std::uint32_t));
+  l.total = at;
+  return l;
+}
+
+template <class T>
+T* piece(void* base, std::size_t offset) {
+  return reinterpret_cast<T*>(static_cast<std::uint8_t*>(base) + offset);
+}
+
+template <int K>
+Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, const FusedHooks& hooks) {
+  const Layout l = layout(p);
+  auto* tau = piece<std::uint32_t>(workspace, l.tau);
+  auto* count = piece<std::uint32_t>(workspace, l.count);
+  auto* flags = piece<std::uint32_t>(workspace, l.flags);
+  auto* candidates = piece<std::uint64_t>(workspace, l.candidates);
+  const int kQueries = scoring::kTileCols / p.num_heads;
+
+  if (hooks.mode == FusedMode::kMathOnly) {
+    // The control: stage 2's main loop with every score folded into a checksum.
+    std::uint32_t* checksum = hooks.checksum != nullptr ? hooks.checksum : piece<std::uint32_t>(workspace, l.checksum);
+    return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
+  }
+
+  // Stage 1: samples, their scores, tau per row (and the counters zeroed).
+  auto* sample_keys = piece<std::uint8_t>(workspace, l.sample_keys);
+  auto* sample_scale = piece<float>(workspace, l.sample_scale);
+  auto* sample_ks = piece<std::int32_t>(workspace, l.sample_ks);
+  auto* sample_ke = piece<std::int32_t>(workspace, l.sample_ke);
+  auto* sample_scores = piece<float>(workspace, l.sample_scores);
+  {
+    const std::int64_t items = std::max(l.plan.count, p.num_queries);
+    const int blocks = static_cast<int>(std::min<std::int64_t>((items + 255) / 256, 65535));
+    sample_prepare_kernel<<<blocks, 256, 0, stream>>>(SamplePrepareArgs{
+        p.k, p.k_scale, p.k_row_stride, p.ks, p.ke, p.num_queries, p.num_keys, l.plan.step, l.plan.offset,
+        l.plan.count, sample_keys, sample_scale, sample_ks, sample_ke});
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return cuda_error(err, "sample kernel launch");
+  }
+  if (l.plan.count > 0) {
+    IndexerInputs samples = p;
+    samples.k = sample_keys;
+    samples.k_scale = sample_scale;
+    samples.k_row_stride = kHeadDim;
+    samples.ks = sample_ks;
+    samples.ke = sample_ke;
+    samples.num_keys = l.plan.count;
+    const Status st = scoring::launch_scoring(samples, nullptr, scoring::StoreSink{sample_scores, l.plan.count}, stream);
+    if (!st.ok()) return st;
+  }
+  {
+    const ThresholdArgs args{p.ks,          p.ke,          sample_ks,  sample_ke,
+                             sample_scores, l.plan.count,  p.num_queries, p.num_keys,
+                             K,             hooks.force_threshold, hooks.forced_threshold_key, tau,
+                             count,         hooks.trace};
+    const int smem = static_cast<int>(std::max<std::int64_t>(l.plan.count, 1) * sizeof(std::uint32_t));
+    cudaError_t err = cudaFuncSetAttribute(threshold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess) {
+      threshold_kernel<<<static_cast<unsigned>(p.num_queries), kThresholdThreads, smem, stream>>>(args);
+      err = cudaGetLastError();
+    }
+    if (err != cudaSuccess) return cuda_error(err, "threshold kernel launch");
+  }
+
+  // Stage 2: the fused filter.
+  {
+    Status st;
+    const auto capacity = static_cast<std::uint32_t>(l.capacity);
+    if (kQueries == 4) {
+      st = scoring::launch_scoring<64>(p, nullptr, CandidateSink<4>{tau, count, candidates, capacity, p.num_queries},
+                                       stream);
+    } else {
+      st = scoring::launch_scoring<32>(p, nullptr, CandidateSink<8>{tau, count, candidates, capacity, p.num_queries},
+                                       stream);
+    }
+    if (!st.ok()) return st;
+  }
+
+  // Stage 3: certificate, select, emit; failing rows flagged.
+  {
+    const SelectArgs args{p.ks,
+                          p.ke,
+                          p.num_keys,
+                          count,
+                          candidates,
+                          static_cast<std::uint32_t>(l.capacity),
+                          p.indices,
+                          p.values,
+                          p.options.index_base == IndexBase::kRelative,
+                          p.options.ties == TieBreak::kSmallestIndex,
+                          p.options.sorted,
+                          flags,
+                          hooks.trace};
+    constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K>::SharedStorage));
+    cudaError_t err = cudaFuncSetAttribute(select_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err == cudaSuccess) {
+      select_kernel<K><<<static_cast<unsigned>(p.num_queries), kSelectThreads, kSmem, stream>>>(args);
+      err = cudaGetLastError();
+    }
+    if (err != cudaSuccess) return cuda_error(err, "select kernel launch");
+  }
+
+  // Stage 4: repair. Each batch rescores its flagged rows (the others have
+  // empty ranges and their CTAs exit at once) and finishes them with the
+  // standalone top-k.
+  auto* repair = piece<float>(workspace, l.repair);
+  for (std::int64_t first = 0; first < p.num_queries; first += l.repair_rows) {
+    const std::int64_t rows = std::min(l.repair_rows, p.num_queries - first);
+    const std::uint32_t* mask = flags + first;
+    IndexerInputs in = p;
+    in.q = p.q + first * p.num_heads * kHeadDim;
+    in.w = p.w + first * p.num_heads;
+    in.ks = p.ks + first;
+    in.ke = p.ke + first;
+    in.num_queries = rows;
+    Status st = scoring::launch_scoring(in, mask, scoring::StoreSink{repair, l.repair_stride}, stream);
+    if (!st.ok()) return st;
+    TopkParams tp;
+    tp.scores = repair;
+    tp.ks = in.ks;
+    tp.ke = in.ke;
+    tp.num_rows = rows;
+    tp.num_cols = p.num_keys;
+    tp.score_stride = l.repair_stride;
+    tp.indices = p.indices + first * K;
+    tp.values = p.values != nullptr ? p.values + first * K : nullptr;
+    tp.options = p.options;
+    selection::topk::TopkHooks th;
+    th.row_mask = mask;
+    st = selection::topk::launch_topk(tp, stream, th);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
+
+std::size_t workspace_size(const IndexerTopkParams& params) {
+  if (params.num_queries == 0) return 0;
+  return layout(params).total;
+}
+
+Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream, void* workspace,
+                           std::size_t workspace_bytes, const FusedHooks& hooks) {
+  if (params.num_queries == 0) return Status::Ok();
+  const std::size_t needed = workspace_size(params);
+  if (workspace == nullptr || workspace_bytes < needed) {
+    return {StatusCode::kInvalidArgument, "ctx.workspace: the CUDA indexer_topk needs " + std::to_string(needed) +
+                                              " bytes (indexer_topk_workspace_size), got " +
+                                              std::to_string(workspace == nullptr ? 0 : workspace_bytes)};
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0) {
+    return {StatusCode::kInvalidArgument, "ctx.workspace: must be 256-byte aligned"};
+  }
+  switch (params.options.k) {
+    case 512: return launch<512>(params, stream, workspace, hooks);
+    case 1024: return launch<1024>(params, stream, workspace, hooks);
+    case 2048: return launch<2048>(params, stream, workspace, hooks);
+    default: return {StatusCode::kInternal, "indexer_topk: K " + std::to_string(params.options.k) + " has no kernel"};
+  }
+}
+
+}  // namespace dsa::fused

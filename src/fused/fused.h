@@ -1,0 +1,70 @@
+// The fused indexer top-k on the CUDA backend (docs/design.md, "Fused
+// operator"): scoring and exact selection without a [T, N] score matrix.
+// Not part of the public API: src/api/operators.cpp validates, then calls
+// launch_indexer_topk with default hooks.
+//
+// Stages, all on the caller's stream, no host synchronisation, no allocation:
+//   1. sample: every `step`-th key is gathered and scored for every row with
+//      the scoring kernel (a few percent of the work); tau per row from the
+//      samples inside its range;
+//   2. fused filter: the scoring kernel's main loop with a candidate
+//      epilogue: scores >= tau append (key, position) to the row's candidate
+//      area in the workspace, every passing score is counted;
+//   3. select: per row, the certificate (K <= count <= capacity, or every
+//      key a candidate) then radix select and emission over the candidates;
+//      a row whose certificate fails is flagged;
+//   4. repair: flagged rows are rescored into a bounded buffer, batch by
+//      batch, and finished by the standalone top-k (exact by construction).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::fused {
+
+// How a row was finished (FusedHooks::trace).
+enum class FusedPath : std::uint32_t {
+  kCertified = 1,  // K <= count <= capacity, or every key of the row passed
+  kRepaired,       // the certificate failed (underflow or overflow): repair path
+};
+
+struct FusedRowTrace {
+  FusedPath path;
+  std::uint32_t threshold_key;  // tau
+  std::uint32_t count;          // scores >= tau in the row (exact)
+  std::uint32_t samples;        // samples inside the row's range
+};
+
+enum class FusedMode {
+  kFull,      // the operator
+  kMathOnly,  // control build: stage 2's matrix work and score arithmetic with
+              // every score folded into a checksum (nothing optimised away),
+              // no filter, no selection, no repair; indices are not written
+};
+
+// Test and benchmark hooks; the operator uses the defaults.
+struct FusedHooks {
+  FusedMode mode = FusedMode::kFull;
+  // Replace every row's sampled tau by forced_threshold_key (0: every key
+  // passes -> overflow on rows longer than the capacity; a high key ->
+  // underflow), so each repair path runs on the GPU.
+  bool force_threshold = false;
+  std::uint32_t forced_threshold_key = 0;
+  FusedRowTrace* trace = nullptr;  // [T] device memory, or null
+  std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
+};
+
+// Candidate entries each row's area holds in the workspace.
+std::int64_t candidate_capacity(int k);
+
+// Bytes of workspace launch_indexer_topk needs for params.
+std::size_t workspace_size(const IndexerTopkParams& params);
+
+// Runs the fused operator (arguments already validated; device pointers).
+// workspace must hold workspace_size(params) bytes (256-byte aligned).
+Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream, void* workspace,
+                           std::size_t workspace_bytes, const FusedHooks& hooks = {});
+
+}  // namespace dsa::fused

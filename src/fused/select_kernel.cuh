@@ -1,0 +1,145 @@
+// Stage 3 of the fused operator: per row, the certificate over the filter's
+// exact count, then radix select and emission over the row's candidates
+// (selection/device/emit.cuh, as the standalone top-k). A row whose
+// certificate fails is flagged for the repair stage and not written.
+#pragma once
+
+#include <cub/block/block_radix_sort.cuh>
+
+#include <cstdint>
+
+#include "common/keys.h"
+#include "fused/fused.h"
+#include "scoring/schedule.cuh"
+#include "selection/device/candidates.cuh"
+#include "selection/device/emit.cuh"
+#include "selection/device/radix.cuh"
+
+namespace dsa::fused {
+
+inline constexpr int kSelectThreads = 256;
+
+// Shared memory is kept small so several rows run per SM (the stage is
+// latency-bound): the candidates of rows with up to kStaged of them are
+// copied to shared memory, larger sets are read from the workspace (L2) on
+// every pass; the emitted order keys share their space with the sort.
+template <int K>
+struct SelectConfig {
+  static constexpr int kCapacity = 4 * K;  // candidate_capacity(K)
+  static constexpr int kStaged = 3 * K / 2;  // the expected count is ~1.5 K
+  using BlockSort = cub::BlockRadixSort<std::uint64_t, kSelectThreads, K / kSelectThreads>;
+  struct SharedStorage {
+    union {
+      std::uint64_t out[K];
+      typename BlockSort::TempStorage sort;  // the sorted write-out, after out is read
+    } emit;
+    std::uint32_t keys[kStaged];
+    std::int32_t pos[kStaged];
+    selection::device::RadixShared radix;
+    std::uint32_t emitted;
+    std::uint32_t lo, hi;  // bounds of the candidate keys
+  };
+};
+
+struct SelectArgs {
+  const std::int32_t* ks;
+  const std::int32_t* ke;
+  std::int64_t num_keys;
+  const std::uint32_t* count;         // [T] scores >= tau
+  const std::uint64_t* candidates;    // [T, capacity] order keys
+  std::uint32_t capacity;
+  std::int32_t* indices;              // [T, K]
+  float* values;                      // [T, K] or null
+  bool relative_indices;
+  bool smallest_index_ties;
+  bool sorted;
+  std::uint32_t* flags;               // [T] out: 1 = repair this row
+  FusedRowTrace* trace;               // [T] or null
+};
+
+template <int K>
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs a) {
+  using Cfg = SelectConfig<K>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
+  const std::int64_t t = blockIdx.x;
+  const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, t, a.num_keys);
+  const auto len = static_cast<std::uint32_t>(r.end - r.begin);
+  const std::uint32_t c = a.count[t];
+  // The candidates hold every score >= tau (nothing dropped: c <= capacity);
+  // they hold the top K when there are at least K of them, or when every key
+  // of the row passed.
+  const bool certified = c <= a.capacity && (c >= K || c == len);
+  if (threadIdx.x == 0) {
+    a.flags[t] = certified ? 0u : 1u;
+    if (a.trace != nullptr) {
+      a.trace[t].path = certified ? FusedPath::kCertified : FusedPath::kRepaired;
+      a.trace[t].count = c;
+    }
+  }
+  if (!certified) return;  // the same for every thread
+
+  for (int i = threadIdx.x; i < K; i += kSelectThreads) sh.emit.out[i] = selection::device::kEmptySlot;
+  if (threadIdx.x == 0) {
+    sh.emitted = 0;
+    sh.lo = 0xFFFFFFFFu;
+    sh.hi = 0;
+  }
+  const std::uint64_t* area = a.candidates + t * a.capacity;
+  const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
+  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
+  for (std::uint32_t i = threadIdx.x; i < c; i += kSelectThreads) {
+    const std::uint64_t v = __ldg(area + i);
+    const auto key = static_cast<std::uint32_t>(v >> 32);
+    lo = min(lo, key);
+    hi = max(hi, key);
+    if (staged) {
+      sh.keys[i] = key;
+      sh.pos[i] = selection::device::order_pos(v);
+    }
+  }
+  __syncthreads();  // sh.lo/hi initialised
+  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  if (threadIdx.x % 32 == 0) {
+    atomicMin(&sh.lo, lo);
+    atomicMax(&sh.hi, hi);
+  }
+  __syncthreads();
+  lo = sh.lo;
+  hi = sh.hi;
+  const auto items = [&](auto&& fn) {
+    for (std::uint32_t base = 0; base < c; base += kSelectThreads) {
+      const std::uint32_t i = base + threadIdx.x;
+      const bool present = i < c;
+      std::uint32_t key = 0;
+      std::int32_t pos = 0;
+      if (present) {
+        if (staged) {
+          key = sh.keys[i];
+          pos = sh.pos[i];
+        } else {
+          const std::uint64_t v = __ldg(area + i);
+          key = static_cast<std::uint32_t>(v >> 32);
+          pos = selection::device::order_pos(v);
+        }
+      }
+      fn(key, pos, present);
+    }
+  };
+  const selection::device::Emitter<K> emitter(sh.emit.out, &sh.emitted, sh.radix, a.smallest_index_ties);
+  if (c <= K) {
+    emitter.emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
+  } else {
+    emitter.select_and_emit(items, K, lo, hi);
+  }
+  __syncthreads();  // out complete
+  // Values come from the keys: score_key is invertible on every score the
+  // kernel can produce except NaN, which ranks (and is reported) as -inf.
+  selection::device::write_row<K, kSelectThreads, typename Cfg::BlockSort>(
+      sh.emit.out, sh.emit.sort, a.indices + t * K, a.values != nullptr ? a.values + t * K : nullptr,
+      a.relative_indices ? 0 : r.begin, a.sorted, a.smallest_index_ties,
+      [](std::int32_t, std::uint32_t key) { return key_score(key); });
+}
+
+}  // namespace dsa::fused
