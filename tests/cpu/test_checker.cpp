@@ -16,8 +16,12 @@
 #include "common/keys.h"
 #include "tools/checker.h"
 
+#include "../gpu/gpu_test_util.h"
+
 namespace dsa::tools {
 namespace {
+
+using dsa::testing::make_options;
 
 // Substring assertion that needs no gmock.
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
@@ -119,16 +123,6 @@ std::string only_failure(const CheckReport& report) {
   return report.failures.empty() ? std::string() : report.failures.front().what;
 }
 
-SelectOptions options_for(int k, TieBreak ties = TieBreak::kAny,
-                          IndexBase base = IndexBase::kAbsolute, bool sorted = false) {
-  SelectOptions o;
-  o.k = k;
-  o.ties = ties;
-  o.index_base = base;
-  o.sorted = sorted;
-  return o;
-}
-
 // Distinct scores, local i scoring (i * 7919) % len, so the top-k is unique
 // and scattered over the row.
 RowSpec distinct_row(std::int32_t ks, std::int32_t len) {
@@ -166,7 +160,7 @@ TEST(Checker, CorrectResultsPassInEveryMode) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
         for (bool sorted : {false, true}) {
-          Batch b = make_batch(rows, options_for(K, ties, base, sorted));
+          Batch b = make_batch(rows, make_options(K, ties, base, sorted));
           fill_correct(b, rng());
           for (bool with_values : {false, true}) {
             const CheckReport report = check(b, with_values);
@@ -181,14 +175,14 @@ TEST(Checker, CorrectResultsPassInEveryMode) {
 }
 
 TEST(Checker, MissingValidSlotFails) {
-  Batch b = make_batch({distinct_row(5, 20)}, options_for(8));
+  Batch b = make_batch({distinct_row(5, 20)}, make_options(8));
   fill_correct(b);
   b.index(0, 7) = -1;
   EXPECT_TRUE(Contains(only_failure(check(b)), "slot 7: index -1 outside [5, 25)"));
 }
 
 TEST(Checker, PaddingSlotNotMinusOneFails) {
-  Batch b = make_batch({distinct_row(0, 5)}, options_for(8));
+  Batch b = make_batch({distinct_row(0, 5)}, make_options(8));
   fill_correct(b);
   b.index(0, 6) = 0;
   EXPECT_TRUE(Contains(only_failure(check(b)), "slot 6: index 0 where padding -1 is expected"));
@@ -209,7 +203,7 @@ TEST(Checker, OutOfRangeIndexFailsInBothBases) {
                      {IndexBase::kAbsolute, std::numeric_limits<std::int32_t>::max()},
                      {IndexBase::kRelative, std::numeric_limits<std::int32_t>::min()}};
   for (const Bad& c : bad) {
-    Batch b = make_batch({distinct_row(10, 20)}, options_for(8, TieBreak::kAny, c.base));
+    Batch b = make_batch({distinct_row(10, 20)}, make_options(8, TieBreak::kAny, c.base));
     fill_correct(b);
     b.index(0, 3) = c.index;
     EXPECT_TRUE(
@@ -218,7 +212,7 @@ TEST(Checker, OutOfRangeIndexFailsInBothBases) {
 }
 
 TEST(Checker, DuplicateIndexFails) {
-  Batch b = make_batch({distinct_row(2, 20)}, options_for(8));
+  Batch b = make_batch({distinct_row(2, 20)}, make_options(8));
   fill_correct(b);
   b.index(0, 5) = b.index(0, 1);
   EXPECT_TRUE(Contains(only_failure(check(b)),
@@ -227,7 +221,7 @@ TEST(Checker, DuplicateIndexFails) {
 
 TEST(Checker, LowerScoringIndexInsteadOfSelectedFails) {
   for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
-    Batch b = make_batch({distinct_row(4, 40)}, options_for(8, TieBreak::kAny, base, true));
+    Batch b = make_batch({distinct_row(4, 40)}, make_options(8, TieBreak::kAny, base, true));
     fill_correct(b);
     // Local 0 scores 0, the row's lowest, and is never selected.
     b.index(0, 2) = b.base(0);
@@ -241,7 +235,7 @@ TEST(Checker, LowerScoringIndexInsteadOfSelectedFails) {
 TEST(Checker, HigherScoreLeftOutFails) {
   // Top-2 of {5, 3, 3, 3} is {5, 3}; {3, 3} holds nothing below the K-th
   // score 3 yet misses the 5: only the multiset comparison catches it.
-  Batch b = make_batch({{0, {5, 3, 3, 3}}}, options_for(2));
+  Batch b = make_batch({{0, {5, 3, 3, 3}}}, make_options(2));
   b.index(0, 0) = 1;
   b.index(0, 1) = 2;
   b.value(0, 0) = 3;
@@ -256,7 +250,7 @@ TEST(Checker, TiesAtKthAreFreeOnlyWithoutDeterministicMode) {
   const RowSpec row{3, {9, 5, 5, 5, 5, 1, 5}};
   for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-      Batch b = make_batch({row}, options_for(4, ties, base));
+      Batch b = make_batch({row}, make_options(4, ties, base));
       fill_correct(b);
       ASSERT_TRUE(check(b).ok());
       // Swap tied local 3 for tied local 6.
@@ -275,7 +269,7 @@ TEST(Checker, TiesAtKthAreFreeOnlyWithoutDeterministicMode) {
 }
 
 TEST(Checker, ValueOneUlpOffFails) {
-  Batch b = make_batch({distinct_row(1, 20)}, options_for(8));
+  Batch b = make_batch({distinct_row(1, 20)}, make_options(8));
   fill_correct(b);
   ASSERT_TRUE(check(b).ok());
   b.value(0, 4) = std::nextafter(b.value(0, 4), kInf);
@@ -285,7 +279,7 @@ TEST(Checker, ValueOneUlpOffFails) {
 
 TEST(Checker, PaddedValueNotNegInfFails) {
   for (float bad : {0.0f, kInf, kNaN, -std::numeric_limits<float>::max()}) {
-    Batch b = make_batch({distinct_row(0, 3)}, options_for(8));
+    Batch b = make_batch({distinct_row(0, 3)}, make_options(8));
     fill_correct(b);
     b.value(0, 5) = bad;
     EXPECT_TRUE(Contains(only_failure(check(b)), "slot 5: value"));
@@ -295,7 +289,7 @@ TEST(Checker, PaddedValueNotNegInfFails) {
 
 TEST(Checker, UnsortedFailsOnlyWhenSortedRequested) {
   for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-    Batch b = make_batch({distinct_row(0, 30)}, options_for(8, ties, IndexBase::kAbsolute, true));
+    Batch b = make_batch({distinct_row(0, 30)}, make_options(8, ties, IndexBase::kAbsolute, true));
     fill_correct(b);
     std::swap(b.index(0, 3), b.index(0, 4));
     std::swap(b.value(0, 3), b.value(0, 4));
@@ -310,7 +304,7 @@ TEST(Checker, EqualScoresInDescendingIndexOrderFailOnlyWhenDeterministic) {
   // All four selected scores tie; sorted output lists them by descending index.
   const RowSpec row{0, {2, 2, 2, 2, 1}};
   for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-    Batch b = make_batch({row}, options_for(4, ties, IndexBase::kRelative, true));
+    Batch b = make_batch({row}, make_options(4, ties, IndexBase::kRelative, true));
     fill_correct(b);
     std::reverse(b.indices.begin(), b.indices.begin() + 4);
     const CheckReport report = check(b);
@@ -327,7 +321,7 @@ TEST(Checker, NaNRanksAsNegInf) {
   // len > K: the finite scores win; a NaN in place of the lowest of them fails.
   {
     Batch b = make_batch({{0, {kNaN, 1, kNaN, 2, 3}}},
-                         options_for(3, TieBreak::kAny, IndexBase::kAbsolute, true));
+                         make_options(3, TieBreak::kAny, IndexBase::kAbsolute, true));
     fill_correct(b);
     ASSERT_TRUE(check(b).ok());
     b.index(0, 2) = 0;
@@ -339,7 +333,7 @@ TEST(Checker, NaNRanksAsNegInf) {
   // must carry that score's own bits.
   {
     const float payload_nan = std::bit_cast<float>(0x7FC00123u);
-    Batch b = make_batch({{2, {payload_nan, 1, kNaN}}}, options_for(4));
+    Batch b = make_batch({{2, {payload_nan, 1, kNaN}}}, make_options(4));
     fill_correct(b);
     EXPECT_TRUE(check(b).ok());
     for (std::int64_t slot = 0; slot < 3; ++slot) {
@@ -352,7 +346,7 @@ TEST(Checker, NaNRanksAsNegInf) {
   {
     const RowSpec row{0, {1, kNaN, -kInf, 2}};
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-      Batch b = make_batch({row}, options_for(3, ties, IndexBase::kAbsolute, true));
+      Batch b = make_batch({row}, make_options(3, ties, IndexBase::kAbsolute, true));
       fill_correct(b);
       ASSERT_EQ(b.index(0, 2), 1);
       ASSERT_TRUE(check(b).ok());
@@ -367,7 +361,7 @@ TEST(Checker, SignedZerosAreEqualScores) {
   // Top-2 of {-0, +0, 1}: the 1 and either zero; sorted order may interleave them.
   const RowSpec row{0, {-0.0f, 0.0f, 1.0f}};
   for (std::int32_t zero_index : {0, 1}) {
-    Batch b = make_batch({row}, options_for(2, TieBreak::kAny, IndexBase::kAbsolute, true));
+    Batch b = make_batch({row}, make_options(2, TieBreak::kAny, IndexBase::kAbsolute, true));
     b.index(0, 0) = 2;
     b.value(0, 0) = 1.0f;
     b.index(0, 1) = zero_index;
@@ -376,7 +370,7 @@ TEST(Checker, SignedZerosAreEqualScores) {
   }
   // Over zeros alone the K-th score ties -0 with +0: free in kAny, the
   // smallest index in kSmallestIndex mode.
-  Batch b = make_batch({{0, {0.0f, -0.0f}}}, options_for(1, TieBreak::kSmallestIndex));
+  Batch b = make_batch({{0, {0.0f, -0.0f}}}, make_options(1, TieBreak::kSmallestIndex));
   b.index(0, 0) = 1;
   b.value(0, 0) = -0.0f;
   EXPECT_TRUE(Contains(only_failure(check(b)), "index 0 (score 0) is not selected"));
@@ -387,7 +381,7 @@ TEST(Checker, SignedZerosAreEqualScores) {
 TEST(Checker, LengthsAroundK) {
   const int K = 16;
   for (std::int32_t len : {0, 1, K - 1, K, K + 1}) {
-    Batch b = make_batch({distinct_row(7, len)}, options_for(K));
+    Batch b = make_batch({distinct_row(7, len)}, make_options(K));
     fill_correct(b);
     EXPECT_TRUE(check(b).ok()) << "len " << len << "\n" << check(b).summary();
     // One valid slot too few, then one too many.
@@ -408,7 +402,7 @@ TEST(Checker, LengthsAroundK) {
 
 TEST(Checker, FailuresCappedWhileAllFailingRowsCounted) {
   std::vector<RowSpec> rows(20, distinct_row(0, 12));
-  Batch b = make_batch(rows, options_for(4));
+  Batch b = make_batch(rows, make_options(4));
   fill_correct(b);
   for (std::int64_t t = 0; t < b.T; ++t) b.index(t, 0) = -1;
   CheckInput input;
@@ -428,7 +422,7 @@ TEST(Checker, FailuresCappedWhileAllFailingRowsCounted) {
 
 TEST(Checker, SummaryNamesTheFailingRow) {
   std::vector<RowSpec> rows(10, distinct_row(3, 12));
-  Batch b = make_batch(rows, options_for(4));
+  Batch b = make_batch(rows, make_options(4));
   fill_correct(b);
   EXPECT_EQ(check(b).summary(), "checked 10 rows: 0 failed");
   b.index(7, 1) = b.index(7, 0);
@@ -438,7 +432,7 @@ TEST(Checker, SummaryNamesTheFailingRow) {
 }
 
 TEST(Checker, InconsistentScoresSpanIsReportedNotRead) {
-  Batch b = make_batch({distinct_row(0, 10)}, options_for(4));
+  Batch b = make_batch({distinct_row(0, 10)}, make_options(4));
   fill_correct(b);
   CheckInput input;
   input.T = 1;

@@ -10,24 +10,14 @@
 #include "tools/checker.h"
 #include "tools/generators.h"
 
+#include "../gpu/gpu_test_util.h"
+
 namespace dsa {
 namespace {
 
+using testing::indexer_problem;
 using tools::Distribution;
 using tools::Layout;
-
-tools::IndexerProblem problem(Distribution dist, Layout layout, std::int64_t T, std::int64_t N,
-                              std::uint64_t seed, int K = 512, std::int64_t stride = 0) {
-  tools::ProblemSpec spec;
-  spec.dist = dist;
-  spec.layout = layout;
-  spec.T = T;
-  spec.N = N;
-  spec.K = K;
-  spec.k_row_stride = stride;
-  spec.seed = seed;
-  return tools::make_indexer_problem(spec);
-}
 
 // All fp32 reference scores of a problem, row by row.
 std::vector<std::vector<float>> reference_scores(const IndexerTopkParams& p) {
@@ -39,7 +29,7 @@ std::vector<std::vector<float>> reference_scores(const IndexerTopkParams& p) {
 
 TEST(ReferenceScores, SmallIntegerInputsAreBitExact) {
   for (Layout layout : {Layout::kCausalSuffix, Layout::kVarlenBatch, Layout::kBoundary}) {
-    const auto prob = problem(Distribution::kSmallInteger, layout, 9, 777, 11, 512, 144);
+    const auto prob = indexer_problem(Distribution::kSmallInteger, layout, 9, 777, 512, 64, 144, 11);
     const IndexerTopkParams p = prob.params(nullptr, nullptr, SelectOptions{});
     const auto rows = reference_scores(p);
     std::int64_t compared = 0;
@@ -59,7 +49,7 @@ TEST(ReferenceScores, SmallIntegerInputsAreBitExact) {
 // the scale: |fp32 - fp64| <= 80 * 2^-24 * magnitude.
 TEST(ReferenceScores, ModelLikeErrorWithinRoundingBound) {
   for (Distribution dist : {Distribution::kModelLike, Distribution::kMixedSign, Distribution::kShifted}) {
-    const auto prob = problem(dist, Layout::kCausalSuffix, 4, 300, 5);
+    const auto prob = indexer_problem(dist, Layout::kCausalSuffix, 4, 300, 512, 64, 0, 5);
     const IndexerTopkParams p = prob.params(nullptr, nullptr, SelectOptions{});
     const auto rows = reference_scores(p);
     double worst = 0;
@@ -79,7 +69,7 @@ TEST(ReferenceScores, ModelLikeErrorWithinRoundingBound) {
 
 TEST(ReferenceScores, StridedKeysIgnorePadding) {
   // The generator fills the padding of each k row with FP8 NaN: no score may see it.
-  const auto prob = problem(Distribution::kModelLike, Layout::kFull, 3, 64, 3, 512, 160);
+  const auto prob = indexer_problem(Distribution::kModelLike, Layout::kFull, 3, 64, 512, 64, 160, 3);
   const auto rows = reference_scores(prob.params(nullptr, nullptr, SelectOptions{}));
   for (const auto& row : rows) {
     for (float v : row) ASSERT_FALSE(std::isnan(v));
@@ -98,7 +88,7 @@ struct Case {
 
 void run_case(const Case& c, std::uint64_t seed) {
   const std::int64_t T = 12, N = c.layout == Layout::kBoundary ? 3000 : 2 * c.k + 333;
-  const auto prob = problem(c.dist, c.layout, T, N, seed, c.k);
+  const auto prob = indexer_problem(c.dist, c.layout, T, N, c.k, 64, 0, seed);
   SelectOptions options;
   options.k = c.k;
   options.ties = c.ties;
@@ -140,7 +130,7 @@ TEST(ReferenceTopk, EveryK) {
 }
 
 TEST(ReferenceTopk, IndependentOfThreadCount) {
-  const auto prob = problem(Distribution::kTies, Layout::kVarlenBatch, 40, 3000, 9);
+  const auto prob = indexer_problem(Distribution::kTies, Layout::kVarlenBatch, 40, 3000, 512, 64, 0, 9);
   SelectOptions options;
   options.k = 512;
   std::vector<std::vector<std::int32_t>> results;
@@ -157,7 +147,7 @@ TEST(ReferenceTopk, IndependentOfThreadCount) {
 
 // Non-finite data never breaks a row: NaN scores rank as -inf.
 TEST(ReferenceTopk, NonFiniteInputsStillGiveCompleteRows) {
-  auto prob = problem(Distribution::kModelLike, Layout::kFull, 6, 1500, 12);
+  auto prob = indexer_problem(Distribution::kModelLike, Layout::kFull, 6, 1500, 512, 64, 0, 12);
   for (std::int64_t s = 0; s < prob.N; s += 3) prob.k[s * prob.k_row_stride] = 0x7F;  // FP8 NaN
   prob.k_scale[10] = INFINITY;
   prob.w[5] = NAN;  // row 0: every score NaN

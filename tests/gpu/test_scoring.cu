@@ -14,6 +14,7 @@
 
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
+#include "gpu_test_util.h"
 #include "reference/cpu_reference.h"
 #include "tools/generators.h"
 
@@ -21,6 +22,7 @@ namespace dsa {
 namespace {
 
 using testing::DeviceArray;
+using testing::indexer_problem;
 using tools::Distribution;
 using tools::IndexerProblem;
 using tools::Layout;
@@ -35,19 +37,8 @@ float poison_value() {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
-IndexerProblem make(Distribution dist, Layout layout, std::int64_t T, std::int64_t N, int H, std::uint64_t seed,
-                    std::int64_t stride = 0) {
-  tools::ProblemSpec spec;
-  spec.dist = dist;
-  spec.layout = layout;
-  spec.T = T;
-  spec.N = N;
-  spec.H = H;
-  spec.K = 512;
-  spec.k_row_stride = stride;
-  spec.seed = seed;
-  return tools::make_indexer_problem(spec);
-}
+// The K of every problem here; only the boundary layout reads it.
+constexpr int kK = 512;
 
 // Scores of `prob` on the GPU, [T, stride = N + 3], outputs poisoned first.
 std::vector<float> gpu_scores(const IndexerProblem& prob, std::int64_t* stride_out) {
@@ -114,7 +105,7 @@ std::int64_t expect_bit_exact(const IndexerProblem& prob) {
 void bit_exact_on_every_layout(int H) {
   std::uint64_t seed = H;
   for (Layout layout : tools::all_layouts()) {
-    const auto prob = make(Distribution::kSmallInteger, layout, 37, 1000, H, ++seed);
+    const auto prob = indexer_problem(Distribution::kSmallInteger, layout, 37, 1000, kK, H, 0, ++seed);
     EXPECT_GT(expect_bit_exact(prob), 0) << prob.name << " H=" << H;
   }
 }
@@ -128,7 +119,7 @@ TEST(ScoringGpu, SmallIntegerAwkwardShapesAndStrides) {
   };
   for (const Shape& sh : {Shape{1, 1, 0}, Shape{3, 63, 0}, Shape{5, 65, 144}, Shape{9, 129, 256},
                           Shape{130, 4097, 0}, Shape{2, 70001, 160}}) {
-    const auto prob = make(Distribution::kSmallInteger, Layout::kFull, sh.T, sh.N, 64, 7, sh.stride);
+    const auto prob = indexer_problem(Distribution::kSmallInteger, Layout::kFull, sh.T, sh.N, kK, 64, sh.stride, 7);
     EXPECT_GT(expect_bit_exact(prob), 0) << "T=" << sh.T << " N=" << sh.N << " stride=" << sh.stride;
   }
 }
@@ -136,7 +127,7 @@ TEST(ScoringGpu, SmallIntegerAwkwardShapesAndStrides) {
 // Minimal reproducer: a block whose rows all start off a 4-key boundary once
 // made the scale TMA load start unaligned (an illegal instruction).
 TEST(ScoringGpu, RangesStartingOffTileBoundaries) {
-  auto prob = make(Distribution::kSmallInteger, Layout::kFull, 6, 300, 64, 13);
+  auto prob = indexer_problem(Distribution::kSmallInteger, Layout::kFull, 6, 300, kK, 64, 0, 13);
   prob.ks = {3, 5, 7, 130, 299, 65};
   prob.ke = {200, 300, 64, 131, 300, 66};
   EXPECT_EQ(expect_bit_exact(prob), 197 + 295 + 57 + 1 + 1 + 1);
@@ -144,7 +135,7 @@ TEST(ScoringGpu, RangesStartingOffTileBoundaries) {
 
 // Small T splits each row across many CTAs (key chunks): still exact.
 TEST(ScoringGpu, SmallIntegerSplitKeyRanges) {
-  const auto prob = make(Distribution::kSmallInteger, Layout::kCausalSuffix, 8, 150001, 64, 11);
+  const auto prob = indexer_problem(Distribution::kSmallInteger, Layout::kCausalSuffix, 8, 150001, kK, 64, 0, 11);
   EXPECT_GT(expect_bit_exact(prob), 0);
 }
 
@@ -163,7 +154,7 @@ TEST(ScoringGpu, RandomInputsWithinDocumentedBound) {
   for (Distribution dist : {Distribution::kModelLike, Distribution::kMixedSign, Distribution::kDeadRelu,
                             Distribution::kShifted, Distribution::kTies}) {
     for (Layout layout : {Layout::kCausalSuffix, Layout::kVarlenBatch}) {
-      const auto prob = make(dist, layout, 24, 3000, 64, ++seed);
+      const auto prob = indexer_problem(dist, layout, 24, 3000, kK, 64, 0, ++seed);
       const IndexerInputs in = prob.params(nullptr, nullptr, SelectOptions{});
       std::int64_t stride = 0;
       const std::vector<float> gpu = gpu_scores(prob, &stride);
@@ -191,7 +182,7 @@ TEST(ScoringGpu, RandomInputsWithinDocumentedBound) {
 }
 
 TEST(ScoringGpu, RunsAreBitIdentical) {
-  const auto prob = make(Distribution::kModelLike, Layout::kContextParallel, 50, 5000, 64, 3);
+  const auto prob = indexer_problem(Distribution::kModelLike, Layout::kContextParallel, 50, 5000, kK, 64, 0, 3);
   std::int64_t stride = 0;
   const std::vector<float> a = gpu_scores(prob, &stride), b = gpu_scores(prob, &stride);
   ASSERT_EQ(a.size(), b.size());
@@ -200,7 +191,7 @@ TEST(ScoringGpu, RunsAreBitIdentical) {
 
 // NaN inputs never crash or write outside the ranges.
 TEST(ScoringGpu, NonFiniteInputsStayInBounds) {
-  auto prob = make(Distribution::kModelLike, Layout::kFull, 6, 700, 64, 5);
+  auto prob = indexer_problem(Distribution::kModelLike, Layout::kFull, 6, 700, kK, 64, 0, 5);
   for (std::int64_t s = 0; s < prob.N; s += 7) prob.k[s * prob.k_row_stride + 3] = 0x7F;
   prob.w[64 + 5] = NAN;
   std::int64_t stride = 0;
@@ -215,7 +206,7 @@ TEST(ScoringGpu, NonFiniteInputsStayInBounds) {
 
 // Rows of length 0 and 1 (N = 1): nothing outside the ranges is written.
 TEST(ScoringGpu, TinyAndEmptyRows) {
-  EXPECT_GE(expect_bit_exact(make(Distribution::kSmallInteger, Layout::kBoundary, 10, 1, 64, 9)), 0);
+  EXPECT_GE(expect_bit_exact(indexer_problem(Distribution::kSmallInteger, Layout::kBoundary, 10, 1, kK, 64, 0, 9)), 0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/keys.h"
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
+#include "gpu_test_util.h"
 #include "selection/topk/config.h"
 #include "selection/topk/topk.h"
 #include "tools/checker.h"
@@ -35,6 +36,7 @@ using tools::ScoresProblem;
 
 constexpr int kAllK[] = {512, 1024, 2048};
 using testing::DeviceArray;
+using testing::make_options;
 
 struct GpuResult {
   tools::TopkOutput out;
@@ -85,15 +87,6 @@ GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool 
     const tools::CheckReport report_ = tools::check_problem((prob), (options), (out)); \
     EXPECT_TRUE(report_.ok()) << report_.summary();                             \
   } while (0)
-
-SelectOptions make_options(int k, TieBreak ties, IndexBase base, bool sorted) {
-  SelectOptions o;
-  o.k = k;
-  o.ties = ties;
-  o.index_base = base;
-  o.sorted = sorted;
-  return o;
-}
 
 // A problem with `T` rows of `len` scores each (full rows, stride len + pad
 // NaN poison), element (t, s) = fill(t, s).
