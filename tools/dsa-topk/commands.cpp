@@ -1,11 +1,14 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +28,8 @@ using tools::IndexerProblem;
 using tools::Layout;
 using tools::ScoresProblem;
 
-constexpr double kFlopPerPair = 2.0 * 64 * 128;  // per (query, key) pair at H = 64
+// FLOP per (query, key) pair: 2 * H * D (16384 at H = 64).
+double flop_per_pair(int heads) { return 2.0 * heads * kHeadDim; }
 
 // ------------------------------------------------------------ arguments ----
 
@@ -116,9 +120,29 @@ struct Row {
   std::int64_t T = 0, N = 0;
   int K = 0;
   std::int64_t pairs = 0;
-  double ms = 0;
-  double cub_ms = 0;  // in-run baseline (topk --baselines): CUB segmented radix sort
+  double ms = 0;       // median; for the CUDA indexer, the fused operator (every stage)
+  double cub_ms = 0;   // in-run baseline (topk --baselines): CUB segmented radix sort
+  int heads = 64;      // H, for the FLOP count of scoring ops
+  // CUDA indexer only, same inputs in the same run (0 = not measured):
+  double unfused_ms = 0;  // indexer_scores + topk
+  double math_ms = 0;     // the fused kernel's math-only control
 };
+
+bool is_topk(const Row& r) { return r.op == "topk"; }
+
+// Scoring ops: TFLOP/s; top-k: TB/s of scores read (4 bytes per pair).
+double rate_of(const Row& r) {
+  if (r.ms <= 0) return 0;
+  return is_topk(r) ? 4.0 * r.pairs / (r.ms * 1e9) : r.pairs * flop_per_pair(r.heads) / (r.ms * 1e9);
+}
+
+// Percent of the in-run ceiling (FP8 GEMM for scoring ops, copy bandwidth
+// for top-k), or 0 when not measured.
+double percent_of_ceiling(const Row& r, const GpuCeilings* ceilings) {
+  if (!ceilings || !ceilings->measured) return 0;
+  const double ceiling = is_topk(r) ? ceilings->copy_tb_s : ceilings->fp8_tflops;
+  return ceiling > 0 ? 100.0 * rate_of(r) / ceiling : 0;
+}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -127,27 +151,41 @@ std::string fmt(const char* f, double v) {
 }
 
 // Scoring ops report TFLOP/s against the FP8 ceiling; top-k reports the rate
-// it reads the scores (4 bytes per pair) against the copy ceiling.
+// it reads the scores (4 bytes per pair) against the copy ceiling. CUDA
+// indexer rows add the unfused pipeline and the math-only control.
 void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   const bool baselines = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.cub_ms > 0; });
+  const bool fused = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.unfused_ms > 0; });
+  if (fused) {
+    std::printf("\nindexer on cuda: ms = fused operator (every stage); unfused = indexer_scores + topk; "
+                "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection)\n");
+  }
   std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
               "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit", "%ceil");
   if (baselines) std::printf(" %9s %7s", "CUB ms", "xCUB");
+  if (fused) std::printf(" %10s %6s %9s %9s", "unfused ms", "xunf", "math ms", "sel ms");
   std::printf("  result\n");
   for (const Row& r : rows) {
     const bool timed = r.ms > 0;
-    const bool topk_op = r.op == "topk";
-    const double rate = !timed ? 0 : topk_op ? 4.0 * r.pairs / (r.ms * 1e9) : r.pairs * kFlopPerPair / (r.ms * 1e9);
-    const double ceiling = !ceilings || !ceilings->measured ? 0 : topk_op ? ceilings->copy_tb_s : ceilings->fp8_tflops;
+    const double rate = rate_of(r);
+    const double percent = percent_of_ceiling(r, ceilings);
     std::printf("%-8s %-14s %-17s %-5s %6lld %8lld %5d %10lld %9s %10s %9s %-8s %7s", r.op.c_str(), r.dist.c_str(),
                 r.layout.c_str(), r.backend.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.N), r.K,
                 static_cast<long long>(r.pairs), timed ? fmt("%.3f", r.ms).c_str() : "-",
                 timed ? fmt("%.2f", r.pairs / (r.ms * 1e3)).c_str() : "-",
-                timed ? fmt(rate < 1 ? "%.4f" : "%.1f", rate).c_str() : "-", topk_op ? "TB/s rd" : "TFLOP/s",
-                timed && ceiling > 0 ? fmt("%.1f", 100.0 * rate / ceiling).c_str() : "-");
+                timed ? fmt(rate < 1 ? "%.4f" : "%.1f", rate).c_str() : "-", is_topk(r) ? "TB/s rd" : "TFLOP/s",
+                timed && percent > 0 ? fmt("%.1f", percent).c_str() : "-");
     if (baselines) {
       std::printf(" %9s %7s", r.cub_ms > 0 ? fmt("%.3f", r.cub_ms).c_str() : "-",
                   r.cub_ms > 0 && timed ? fmt("%.2f", r.cub_ms / r.ms).c_str() : "-");
+    }
+    if (fused) {
+      const bool both = timed && r.unfused_ms > 0;
+      const bool math = timed && r.math_ms > 0;
+      std::printf(" %10s %6s %9s %9s", r.unfused_ms > 0 ? fmt("%.3f", r.unfused_ms).c_str() : "-",
+                  both ? fmt("%.2f", r.unfused_ms / r.ms).c_str() : "-",
+                  r.math_ms > 0 ? fmt("%.3f", r.math_ms).c_str() : "-",
+                  math ? fmt("%.3f", r.ms - r.math_ms).c_str() : "-");
     }
     std::printf("  %s\n", r.result.c_str());
   }
@@ -160,9 +198,22 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
                    {"fp8_tflops", ceilings.fp8_tflops}, {"fp8_fast_tflops", ceilings.fp8_fast_tflops}};
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
-    j["rows"].push_back({{"op", r.op}, {"dist", r.dist}, {"layout", r.layout}, {"backend", r.backend},
-                         {"T", r.T}, {"N", r.N}, {"K", r.K}, {"pairs", r.pairs}, {"ms", r.ms}, {"cub_ms", r.cub_ms},
-                         {"result", r.result}});
+    nlohmann::json row = {{"op", r.op},         {"dist", r.dist},   {"layout", r.layout},
+                          {"backend", r.backend}, {"T", r.T},         {"N", r.N},
+                          {"K", r.K},           {"heads", r.heads}, {"pairs", r.pairs},
+                          {"ms", r.ms},         {"cub_ms", r.cub_ms}, {"rate", rate_of(r)},
+                          {"rate_unit", is_topk(r) ? "TB/s read" : "TFLOP/s"},
+                          {"pct_ceiling", percent_of_ceiling(r, &ceilings)}, {"result", r.result}};
+    if (r.unfused_ms > 0) {
+      row["fused_ms"] = r.ms;
+      row["unfused_ms"] = r.unfused_ms;
+      row["unfused_over_fused"] = r.ms > 0 ? r.unfused_ms / r.ms : 0.0;
+      row["tflops"] = rate_of(r);
+      row["pct_fp8_ceiling"] = percent_of_ceiling(r, &ceilings);
+      row["math_only_ms"] = r.math_ms;
+      row["exposed_selection_ms"] = r.ms - r.math_ms;
+    }
+    j["rows"].push_back(row);
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -170,6 +221,33 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
 std::string backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
 
 // One problem: generate, run (timed), verify; progress on stderr.
+// Judges an indexer result against the operator's own fp32 scores (contract
+// section 2): the CPU reference's on the CPU backend; on the CUDA backend
+// the scoring kernel's, which are bit-identical to the fused operator's and
+// differ from the CPU's in the last bits (tensor-core accumulation).
+tools::CheckReport check_indexer(const IndexerProblem& prob, const SelectOptions& options,
+                                 const tools::TopkOutput& out, Backend backend, int threads) {
+  if (backend != Backend::kCuda) return tools::check_problem(prob, options, out, threads);
+  std::vector<float> scores;
+  std::vector<double> ms;
+  const Status st = run_scores_on_device(prob, 1, &scores, &ms);
+  if (!st.ok()) {
+    tools::CheckReport failed;
+    failed.rows_failed = 1;
+    failed.failures.push_back({0, "scoring the judge's scores on the device: " + st.to_string()});
+    return failed;
+  }
+  tools::CheckInput in;
+  in.T = prob.T;
+  in.ks = prob.ks.data();
+  in.ke = prob.ke.data();
+  in.row_scores = tools::dense_row_scores(scores.data(), prob.N, prob.ks.data(), prob.ke.data());
+  in.indices = out.indices.data();
+  in.values = out.values.empty() ? nullptr : out.values.data();
+  in.options = options;
+  return tools::check_topk(in);
+}
+
 template <typename Problem>
 Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layout layout,
              const SelectOptions& options, bool values, Backend backend, int threads, int reps, bool check,
@@ -180,6 +258,7 @@ Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layo
                backend_name(backend).c_str());
   Row row{op, std::string(tools::to_string(dist)), std::string(tools::to_string(layout)), backend_name(backend),
           "", prob.T, prob.N, options.k, prob.valid_pairs(), 0};
+  if constexpr (std::is_same_v<Problem, IndexerProblem>) row.heads = prob.H;
   const RunResult r = run_operator(prob, options, values, backend, threads, reps);
   if (!r.status.ok()) {
     row.result = r.status.to_string();
@@ -192,7 +271,7 @@ Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layo
   }
   tools::CheckReport report;
   if constexpr (std::is_same_v<Problem, IndexerProblem>) {
-    report = tools::check_problem(prob, options, r.out, threads);
+    report = check_indexer(prob, options, r.out, backend, threads);
   } else {
     report = tools::check_problem(prob, options, r.out);
   }
@@ -208,6 +287,7 @@ Row run_scores_case(const IndexerProblem& prob, Distribution dist, Backend backe
                static_cast<long long>(prob.N));
   Row row{"scores", std::string(tools::to_string(dist)), "causal-suffix", backend_name(backend), "", prob.T, prob.N,
           0, prob.valid_pairs(), 0};
+  row.heads = prob.H;
   if (backend != Backend::kCuda) {
     row.result = "scores: bench it with --backend cuda";
     return row;
@@ -221,6 +301,116 @@ Row run_scores_case(const IndexerProblem& prob, Distribution dist, Backend backe
   std::sort(ms.begin(), ms.end());
   row.ms = ms[ms.size() / 2];
   row.result = "timed";
+  return row;
+}
+
+double median(std::vector<double> ms) {
+  if (ms.empty()) return 0;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Where two results of the same options differ, or "" when they are
+// identical: indices equal and values bit-equal, slot by slot when
+// `same_order`, else as each row's set of (index, value bits).
+std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput& b, bool same_order) {
+  if (a.indices.size() != b.indices.size() || a.values.size() != b.values.size()) return "output sizes differ";
+  const bool values = !a.values.empty();
+  using Slot = std::pair<std::int32_t, std::uint32_t>;
+  std::vector<Slot> ra(a.K), rb(a.K);
+  for (std::int64_t t = 0; t < a.T; ++t) {
+    for (int i = 0; i < a.K; ++i) {
+      const std::size_t at = static_cast<std::size_t>(t) * a.K + i;
+      ra[i] = {a.indices[at], values ? std::bit_cast<std::uint32_t>(a.values[at]) : 0u};
+      rb[i] = {b.indices[at], values ? std::bit_cast<std::uint32_t>(b.values[at]) : 0u};
+    }
+    if (!same_order) {
+      std::sort(ra.begin(), ra.end());
+      std::sort(rb.begin(), rb.end());
+    }
+    const auto diff = std::mismatch(ra.begin(), ra.end(), rb.begin());
+    if (diff.first != ra.end()) {
+      const auto i = diff.first - ra.begin();
+      return "row " + std::to_string(t) + (same_order ? " slot " : " index-sorted slot ") + std::to_string(i) +
+             ": fused " + std::to_string(diff.first->first) + ", unfused " + std::to_string(diff.second->first) +
+             (values && diff.first->first == diff.second->first ? " (values differ)" : "");
+    }
+  }
+  return "";
+}
+
+// The one checker against a dense [T, N] score matrix, rows split into
+// blocks over the hardware threads (the h200 grid's verification reads up to
+// 512M scores per row of the table); failures keep their row numbers.
+tools::CheckReport check_dense_in_parallel(const IndexerProblem& prob, const std::vector<float>& scores,
+                                           const SelectOptions& options, const tools::TopkOutput& out) {
+  constexpr std::int64_t kMaxFailures = 8;
+  const std::int64_t workers = std::max(1u, std::thread::hardware_concurrency());
+  const std::int64_t block = std::max<std::int64_t>(1, (prob.T + workers - 1) / workers);
+  const std::int64_t blocks = (prob.T + block - 1) / block;
+  std::vector<tools::CheckReport> reports(static_cast<std::size_t>(blocks));
+  std::vector<std::thread> threads;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    threads.emplace_back([&, b] {
+      const std::int64_t first = b * block;
+      tools::CheckInput in;
+      in.T = std::min(block, prob.T - first);
+      in.ks = prob.ks.data() + first;
+      in.ke = prob.ke.data() + first;
+      in.row_scores = tools::dense_row_scores(scores.data() + first * prob.N, prob.N, in.ks, in.ke);
+      in.indices = out.indices.data() + first * options.k;
+      in.values = out.values.empty() ? nullptr : out.values.data() + first * options.k;
+      in.options = options;
+      reports[b] = tools::check_topk(in, kMaxFailures);
+      for (tools::RowFailure& f : reports[b].failures) f.row += first;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  tools::CheckReport total;
+  for (tools::CheckReport& r : reports) {
+    total.rows_checked += r.rows_checked;
+    total.rows_failed += r.rows_failed;
+    for (tools::RowFailure& f : r.failures) {
+      if (static_cast<std::int64_t>(total.failures.size()) < kMaxFailures) total.failures.push_back(std::move(f));
+    }
+  }
+  return total;
+}
+
+// The CUDA indexer: the fused operator timed beside our unfused pipeline and
+// the fused kernel's math-only control, in one run on the same inputs. The
+// fused result is verified against the unfused one: identical with
+// smallest-index ties; with kAny ties, a valid top-k of the unfused scores
+// (bit-identical to the fused scores by contract), by the one checker.
+Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout layout, const SelectOptions& options,
+                          bool values, int reps, bool check, int index, int total) {
+  std::fprintf(stderr, "[%d/%d] indexer %s/%s T=%lld N=%lld K=%d on cuda: fused, unfused, math-only ...\n", index,
+               total, std::string(tools::to_string(dist)).c_str(), std::string(tools::to_string(layout)).c_str(),
+               static_cast<long long>(prob.T), static_cast<long long>(prob.N), options.k);
+  Row row{"indexer", std::string(tools::to_string(dist)), std::string(tools::to_string(layout)), "cuda", "",
+          prob.T, prob.N, options.k, prob.valid_pairs(), 0};
+  row.heads = prob.H;
+  const bool any_ties = options.ties == TieBreak::kAny;
+  IndexerComparison cmp;
+  const Status st = compare_indexer_on_device(prob, options, values, reps, check && any_ties, &cmp);
+  if (!st.ok()) {
+    row.result = st.to_string();
+    return row;
+  }
+  row.ms = median(cmp.fused_ms);
+  row.unfused_ms = median(cmp.unfused_ms);
+  row.math_ms = median(cmp.math_ms);
+  if (!check) {
+    row.result = "not verified";
+    return row;
+  }
+  if (any_ties) {
+    const tools::CheckReport report = check_dense_in_parallel(prob, cmp.scores, options, cmp.fused);
+    row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
+  } else {
+    const std::string diff = first_difference(cmp.fused, cmp.unfused, options.sorted);
+    row.result = diff.empty() ? "exact" : "WRONG: fused != unfused: " + diff;
+  }
   return row;
 }
 
@@ -379,6 +569,9 @@ int run_bench(const Args& args) {
       const bool check = !args.flag("no-verify");
       if (op == "scores") {
         rows.push_back(run_scores_case(tools::make_indexer_problem(spec), dist, backend, reps, ++index, total));
+      } else if (op == "indexer" && backend == Backend::kCuda) {
+        rows.push_back(run_indexer_cuda_case(tools::make_indexer_problem(spec), dist, spec.layout, options,
+                                             args.flag("values"), reps, check, ++index, total));
       } else if (op == "indexer") {
         rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
                                 threads, reps, check, ++index, total));
@@ -434,7 +627,7 @@ int run_replay(const Args& args) {
               backend_name(backend).c_str(), r.median_ms());
   int rc = 0;
   if (args.flag("verify")) {
-    const tools::CheckReport report = tools::check_problem(prob, options, r.out, 0);
+    const tools::CheckReport report = check_indexer(prob, options, r.out, backend, 0);
     std::printf("verify: %s\n", report.summary().c_str());
     rc = report.ok() ? 0 : 1;
   }

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "fused/fused.h"
+
 namespace dsa::cli {
 namespace {
 
@@ -112,18 +114,31 @@ struct DeviceInputs {
   }
 };
 
+// An operator's CUDA workspace, of the size its query asks for.
+struct Workspace {
+  DeviceBuffer buffer;
+  std::size_t bytes = 0;
+
+  template <typename Params>
+  Status alloc(const Params& p, Status (*workspace_size)(const Params&, Backend, std::size_t*)) {
+    Status st = workspace_size(p, Backend::kCuda, &bytes);
+    return st.ok() ? buffer.alloc(bytes) : st;
+  }
+};
+
 // Allocates the operator's workspace, times it on the CUDA backend and
-// downloads the last result.
+// downloads the last result. `workspace`, when given, receives the workspace
+// so that it outlives the call.
 template <typename Params>
 Status time_operator(const Params& p, Status (*workspace_size)(const Params&, Backend, std::size_t*),
                      Status (*run)(const Params&, const ExecutionContext&), DeviceBuffer& indices,
-                     DeviceBuffer& values, int reps, tools::TopkOutput* out, std::vector<double>* ms) {
-  DeviceBuffer workspace;
-  std::size_t ws_bytes = 0;
-  Status st = workspace_size(p, Backend::kCuda, &ws_bytes);
-  if (st.ok()) st = workspace.alloc(ws_bytes);
+                     DeviceBuffer& values, int reps, tools::TopkOutput* out, std::vector<double>* ms,
+                     Workspace* workspace = nullptr) {
+  Workspace local;
+  Workspace& ws = workspace ? *workspace : local;
+  Status st = ws.alloc(p, workspace_size);
   if (!st.ok()) return st;
-  ExecutionContext ctx{Backend::kCuda, nullptr, 0, workspace.as<void>(), ws_bytes};
+  ExecutionContext ctx{Backend::kCuda, nullptr, 0, ws.buffer.as<void>(), ws.bytes};
   st = timed_runs(
       [&](bool check_ranges) {
         ctx.check_ranges = check_ranges;
@@ -159,6 +174,75 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
   p.ks = ks.as<std::int32_t>();
   p.ke = ke.as<std::int32_t>();
   return time_operator(p, &topk_workspace_size, &topk, indices, values, reps, out, ms);
+}
+
+Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
+                                 int reps, bool keep_scores, IndexerComparison* out) {
+  DeviceInputs inputs;
+  DeviceBuffer fused_indices, fused_values, unfused_indices, unfused_values, scores, checksum;
+  const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
+  const std::size_t score_elems = static_cast<std::size_t>(prob.T) * static_cast<std::size_t>(prob.N);
+  for (Status st : {inputs.upload(prob),
+                    prepare_outputs(prob.T, options, want_values, fused_indices, fused_values, &out->fused),
+                    prepare_outputs(prob.T, options, want_values, unfused_indices, unfused_values, &out->unfused),
+                    scores.alloc(score_elems * sizeof(float)), checksum.alloc(sizeof(std::uint32_t))}) {
+    if (!st.ok()) return st;
+  }
+  IndexerTopkParams p = prob.params(fused_indices.as<std::int32_t>(), fused_values.as<float>(), options);
+  static_cast<IndexerInputs&>(p) = inputs.bind(p);
+
+  // The fused operator, through the public API.
+  Workspace workspace;
+  Status st = time_operator(p, &indexer_topk_workspace_size, &indexer_topk, fused_indices, fused_values, reps,
+                            &out->fused, &out->fused_ms, &workspace);
+  if (!st.ok()) return st;
+
+  // Its math-only control: same inputs and workspace (the fused runs above
+  // validated them), every score folded into the checksum word.
+  fused::FusedHooks hooks;
+  hooks.mode = fused::FusedMode::kMathOnly;
+  hooks.checksum = checksum.as<std::uint32_t>();
+  st = timed_runs(
+      [&](bool) {
+        return fused::launch_indexer_topk(p, nullptr, workspace.buffer.as<void>(), workspace.bytes, hooks);
+      },
+      fused_indices, fused_values, out_elems, reps, &out->math_ms);
+  if (!st.ok()) return st;
+
+  // The unfused pipeline: the [T, N] scores, then the standalone top-k.
+  IndexerScoresParams sp;
+  static_cast<IndexerInputs&>(sp) = p;
+  sp.scores = scores.as<float>();
+  sp.score_stride = prob.N;
+  TopkParams tp;
+  tp.scores = scores.as<float>();
+  tp.ks = p.ks;
+  tp.ke = p.ke;
+  tp.num_rows = prob.T;
+  tp.num_cols = prob.N;
+  tp.score_stride = prob.N;
+  tp.indices = unfused_indices.as<std::int32_t>();
+  tp.values = unfused_values.as<float>();
+  tp.options = options;
+  Workspace topk_workspace;
+  st = topk_workspace.alloc(tp, &topk_workspace_size);
+  if (!st.ok()) return st;
+  ExecutionContext scores_ctx{Backend::kCuda, nullptr, 0, nullptr, 0};
+  ExecutionContext topk_ctx{Backend::kCuda, nullptr, 0, topk_workspace.buffer.as<void>(), topk_workspace.bytes};
+  st = timed_runs(
+      [&](bool check_ranges) {
+        scores_ctx.check_ranges = topk_ctx.check_ranges = check_ranges;
+        const Status s = indexer_scores(sp, scores_ctx);
+        return s.ok() ? topk(tp, topk_ctx) : s;
+      },
+      unfused_indices, unfused_values, out_elems, reps, &out->unfused_ms);
+  if (st.ok()) st = download(unfused_indices, unfused_values, &out->unfused);
+  if (st.ok() && keep_scores) {
+    out->scores.resize(score_elems);
+    DSA_CUDA_TRY(cudaMemcpy(out->scores.data(), scores.as<void>(), score_elems * sizeof(float), cudaMemcpyDeviceToHost),
+                 "download scores");
+  }
+  return st;
 }
 
 Status run_scores_on_device(const tools::IndexerProblem& prob, int reps, std::vector<float>* scores,

@@ -14,6 +14,21 @@ Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& opt
 Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
 
+// The fused indexer top-k beside our unfused pipeline, on the same device
+// inputs in one run, each timed `reps` times after a warm-up:
+//   * fused: the complete operator (dsa::indexer_topk, every stage);
+//   * unfused: indexer_scores into a [T, N] matrix, then topk (both CUDA);
+//   * math-only: the fused kernel's control build (fused::FusedMode::
+//     kMathOnly) on the same workspace, so fused - math-only is the exposed
+//     selection time.
+struct IndexerComparison {
+  tools::TopkOutput fused, unfused;  // the last result of each
+  std::vector<float> scores;         // [T, N] unfused scores, when asked for
+  std::vector<double> fused_ms, unfused_ms, math_ms;
+};
+Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
+                                 int reps, bool keep_scores, IndexerComparison* out);
+
 // The scoring kernel alone ([T, N] fp32 scores); `scores` receives the
 // last run's matrix when non-null.
 Status run_scores_on_device(const tools::IndexerProblem& prob, int reps, std::vector<float>* scores,

@@ -34,6 +34,10 @@ bench options:
   --json FILE               also write the results as JSON
   --baselines               (--op topk --backend cuda) also time CUB's segmented radix sort
   --no-verify               skip the exactness check of each timed result
+  (--op indexer --backend cuda: ms is the fused operator; the table adds our
+   unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's
+   math-only control and the exposed selection time; the fused result is
+   verified against the unfused one)
 replay options:
   --out FILE                write indices (and values with --values)
   --verify                  check the result exactly against the CPU reference scores
