@@ -10,7 +10,9 @@
 # (prepare .deps here first with scripts/prepare-device.sh).
 # Environment: GRID=h200|small (default h200), SKIP_SANITIZER=1,
 # SANITIZER_FILTER (gtest filter for the sanitizer runs), BENCH_OPS (default
-# "indexer scores topk"), BENCH_ARGS (extra bench options).
+# "indexer scores topk"), BENCH_ARGS (extra bench options), SKIP_PYTHON=1
+# (no PyTorch package build and pytest), PYTHON_BENCH=1 (also time the op
+# through PyTorch against the C++ call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -64,6 +66,15 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
   done
 fi
 run_logged cpu_tests ctest --test-dir build-gpu -L cpu -j "$JOBS" --output-on-failure
+# The PyTorch package: its own build (build-python), pytest, the examples;
+# the op-vs-C++ timing only when asked (PYTHON_BENCH=1), it runs a grid.
+if [ -z "${SKIP_PYTHON:-}" ]; then
+  if [ -n "${PYTHON_BENCH:-}" ]; then
+    run_logged python env OUT="$OUT/python" bash scripts/python-check.sh
+  else
+    run_logged python env OUT="$OUT/python" SKIP_BENCH=1 bash scripts/python-check.sh
+  fi
+fi
 BENCH_STEPS=()
 for op in ${BENCH_OPS:-indexer scores topk}; do
   extra=()
@@ -83,7 +94,7 @@ fi
   echo
   echo "| step | exit code |"
   echo "|---|---|"
-  for name in configure build gpu_tests sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck cpu_tests "${BENCH_STEPS[@]}"; do
+  for name in configure build gpu_tests sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck cpu_tests python "${BENCH_STEPS[@]}"; do
     [ -n "${RC[$name]+x}" ] && echo "| $name | ${RC[$name]} |"
   done
   echo

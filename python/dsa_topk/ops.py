@@ -1,0 +1,88 @@
+"""Python-facing wrappers of the ``torch.ops.dsa_topk`` ops (defined in
+python/csrc/binding.cpp). They add nothing but the Python return shape; the
+ops themselves can be called directly, and are what torch.compile records.
+
+Shapes and dtypes (contract section 1), all tensors on one CUDA device::
+
+    q        [T, H, 128]  torch.float8_e4m3fn, contiguous   (H = 64 or 32)
+    k        [N, 128]     torch.float8_e4m3fn, rows contiguous; the row stride
+                          may exceed 128 (a view into a wider buffer) but must
+                          be a multiple of 16 bytes
+    k_scale  [N]          torch.float32, finite and > 0
+    w        [T, H]       torch.float32, any sign
+    ks, ke   [T]          torch.int32, 0 <= ks[t] <= ke[t] <= N
+
+    score(t, s) = k_scale[s] * sum_h w[t, h] * relu(q[t, h, :] . k[s, :])   for s in [ks[t], ke[t])
+
+Common options:
+    topk           K: 512, 1024 or 2048
+    relative       return s - ks[t] instead of s (vLLM's prefill convention); -1 padding either way
+    deterministic  ties at the K-th score go to the smallest indices; results then
+                   depend only on the row's inputs and runs are bit-identical
+    sorted         each row by descending score (ascending index among equal scores
+                   when deterministic)
+    check_ranges   validate every row's [ks, ke) first: one device-to-host copy and
+                   a stream synchronisation. Pass False in CUDA graphs (required:
+                   the check is rejected during capture) and hot loops; the kernels
+                   then clamp rows to [0, N), so memory stays safe, but a row with
+                   an invalid range gets an unspecified result.
+
+Errors raise RuntimeError with the argument and the broken rule, e.g.
+``dsa_topk.indexer_topk: invalid argument: ks[3]: must be <= ke[3] (ks=9, ke=4)``;
+a rejected call writes nothing to its outputs.
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+_ops = torch.ops.dsa_topk
+
+
+def indexer_topk(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, w: torch.Tensor, ks: torch.Tensor,
+                 ke: torch.Tensor, topk: int = 2048, *, relative: bool = False, deterministic: bool = False,
+                 sorted: bool = False, return_values: bool = False,
+                 check_ranges: bool = True) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """The fused indexer top-k: int32 indices [T, topk], row t holding
+    min(topk, ke[t] - ks[t]) distinct keys of [ks[t], ke[t]) then -1. With
+    return_values, also their fp32 scores [T, topk] (-inf in padded slots)."""
+    indices, values = _ops.indexer_topk(q, k, k_scale, w, ks, ke, topk, relative=relative,
+                                        deterministic=deterministic, sorted=sorted, return_values=return_values,
+                                        check_ranges=check_ranges)
+    return (indices, values) if return_values else indices
+
+
+def indexer_topk_out(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, w: torch.Tensor, ks: torch.Tensor,
+                     ke: torch.Tensor, indices: torch.Tensor, values: Optional[torch.Tensor] = None, *,
+                     relative: bool = False, deterministic: bool = False, sorted: bool = False,
+                     check_ranges: bool = True) -> torch.Tensor:
+    """indexer_topk into the caller's contiguous int32 buffer ``indices`` [T, K]
+    (K = indices.size(1)) and optionally fp32 ``values`` [T, K]. No allocation
+    besides a workspace (currently none), so it can be captured in a CUDA
+    graph (with check_ranges=False). Returns ``indices``."""
+    _ops.indexer_topk_out(q, k, k_scale, w, ks, ke, indices, values, relative=relative,
+                          deterministic=deterministic, sorted=sorted, check_ranges=check_ranges)
+    return indices
+
+
+def topk(scores: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, topk: int = 2048, *,
+         num_cols: Optional[int] = None, relative: bool = False, deterministic: bool = False, sorted: bool = False,
+         return_values: bool = False,
+         check_ranges: bool = True) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """The standalone top-k over fp32 ``scores`` [T, stride] (rows contiguous,
+    any row stride): row t's candidates are scores[t, ks[t]:ke[t]], with
+    ke[t] <= num_cols (default scores.size(1)). Same outputs and options as
+    :func:`indexer_topk`."""
+    indices, values = _ops.topk(scores, ks, ke, topk, num_cols=num_cols, relative=relative,
+                                deterministic=deterministic, sorted=sorted, return_values=return_values,
+                                check_ranges=check_ranges)
+    return (indices, values) if return_values else indices
+
+
+def indexer_scores(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, w: torch.Tensor, ks: torch.Tensor,
+                   ke: torch.Tensor, *, check_ranges: bool = True) -> torch.Tensor:
+    """The scoring kernel alone: fp32 scores [T, N]. Entries outside a row's
+    [ks[t], ke[t]) are -inf (the output is allocated filled with -inf; the
+    kernel writes only inside each row's range). Bit-identical to the scores
+    the fused operator selects from."""
+    return _ops.indexer_scores(q, k, k_scale, w, ks, ke, check_ranges=check_ranges)
