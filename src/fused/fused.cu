@@ -221,8 +221,6 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
 
 }  // namespace
 
-std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
-
 std::size_t workspace_size(const IndexerTopkParams& params) {
   if (params.num_queries == 0) return 0;
   return layout(params).total;

@@ -56,8 +56,9 @@ struct FusedHooks {
   std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
 };
 
-// Candidate entries each row's area holds in the workspace.
-std::int64_t candidate_capacity(int k);
+// Candidate entries each row's area holds in the workspace (the select
+// stage's shared-memory plan sizes itself from the same function).
+constexpr std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
 
 // Bytes of workspace launch_indexer_topk needs for params.
 std::size_t workspace_size(const IndexerTopkParams& params);

@@ -25,7 +25,6 @@ inline constexpr int kSelectThreads = 256;
 // every pass; the emitted order keys share their space with the sort.
 template <int K>
 struct SelectConfig {
-  static constexpr int kCapacity = 4 * K;  // candidate_capacity(K)
   static constexpr int kStaged = 3 * K / 2;  // the expected count is ~1.5 K
   using BlockSort = cub::BlockRadixSort<std::uint64_t, kSelectThreads, K / kSelectThreads>;
   struct SharedStorage {
