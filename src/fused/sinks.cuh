@@ -21,17 +21,21 @@ inline constexpr int kMathThreads = 128 * scoring::kMathWarpgroups;
 inline constexpr int kMathWarps = kMathThreads / 32;
 inline constexpr int kStagedEntries = 12288;  // 96 KiB of staged candidates per CTA
 
-// Staging is private to each math warp (no shared atomics, no barriers): a
-// warp's lanes with the same lane % 4 hold one query of the tile (group g),
-// 16 keys of it per tile. Each lane keeps its group's staged count in a
-// register; slots come from two ballots. When a group's area could not take
-// another tile, the warp flushes it to the row's area in the workspace (one
-// global atomic reserves the slots).
+// Staging is private to each lane: a lane stores R queries' scores of two
+// key rows per tile, so it appends its candidates to its own slots
+// (staged[warp][r][slot][lane]: conflict-free, no ballots, no barriers; the
+// count is a register). The sink's instructions are paid on every tile by
+// the math warps, whose epilogue is the kernel's critical path, so the
+// common path is two compares and a predicated store. When a lane could not
+// take another tile, its warp flushes: the 8 lanes of each query sum their
+// counts by shuffles, lanes 0..3 reserve the four queries' slots in their
+// rows' areas with one global atomic each (one round trip), and every lane
+// copies its own entries.
 template <int kQueries>
 struct CandidateSink {
-  static constexpr int kPerWarpQuery = kStagedEntries / (kMathWarps * kQueries);
-  static constexpr int kMaxPerTile = 16;  // a warp's scores of one query in one tile
-  static_assert(kPerWarpQuery > kMaxPerTile);
+  static constexpr int kR = kQueries / 4;  // queries per lane
+  static constexpr int kLaneSlots = kStagedEntries / (kMathThreads * kR);
+  static_assert(kLaneSlots > 2);
   const std::uint32_t* tau;      // [T] threshold keys
   std::uint32_t* count;          // [T] scores >= tau (zeroed by the threshold stage)
   std::uint64_t* candidates;     // [T, capacity] order keys
@@ -39,20 +43,23 @@ struct CandidateSink {
   std::int64_t num_queries;
 
   struct Shared {
-    std::uint64_t staged[kMathWarps][kQueries][kPerWarpQuery];
+    // [slot][lane], rows padded to 33 entries: a lane's appends are
+    // conflict-free and so are the flush's reads down one lane's slots.
+    std::uint64_t staged[kMathWarps][kR][kLaneSlots][33];
   };
   template <int R>
   struct Lane {
     float tau[R];          // pass: score >= tau (tau's key is above -inf's: NaN and -inf fail)
     bool all[R];           // tau's key <= -inf's: every score passes, NaN included
     std::int32_t ks[R];
-    std::uint32_t staged[R];  // entries staged for this lane's group's query r
+    std::uint32_t staged[R];  // entries staged by this lane for its query r
   };
 
   __device__ void init(Shared&) const {}
 
   template <int R>
   __device__ Lane<R> begin(std::int64_t t0, int lane, const scoring::RowRange (&rows)[R]) const {
+    static_assert(R == kR);
     Lane<R> st;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -76,29 +83,50 @@ struct CandidateSink {
     return selection::device::order_key(score_key(score), static_cast<std::int32_t>(key) - ks);
   }
 
-  // Copies the staged entries of every group of query set r holding more
-  // than `above` to their rows' areas (warp-collective).
+  // Copies every lane's staged entries of query set r to the rows' areas
+  // (warp-collective): one reservation per query, then coalesced stores of
+  // each query's entries in lane order.
   template <int R>
-  __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, int r,
-                                        std::uint32_t above) const {
+  __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, int r) const {
     const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // 0 .. kMathWarps-1
-    __syncwarp();  // the staged entries of every lane are visible
+    __syncwarp();  // every lane's staged entries are visible to the warp
+    const std::uint32_t n = st.staged[r];
+    // Inclusive scan over the 8 lanes of this lane's query (lane % 4 + 4j).
+    std::uint32_t inclusive = n;
 #pragma unroll
+    for (int d = 4; d < 32; d *= 2) {
+      const std::uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+      if (lane >= d) inclusive += v;
+    }
+    const std::uint32_t exclusive = inclusive - n;
+    const std::uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 28 + lane % 4);
+    std::uint32_t reserved = 0;
+    if (lane < 4 && total != 0) reserved = atomicAdd(count + t0 + lane + 4 * r, total);
+#pragma unroll 1
     for (int g = 0; g < 4; ++g) {
-      const std::uint32_t n = __shfl_sync(0xFFFFFFFFu, st.staged[r], g);
-      if (n > above) {
-        const int q = g + 4 * r;
-        std::uint32_t base = 0;
-        if (lane == 0) base = atomicAdd(count + t0 + q, n);
-        base = __shfl_sync(0xFFFFFFFFu, base, 0);
-        std::uint64_t* area = candidates + (t0 + q) * capacity;
-        for (std::uint32_t i = lane; i < n; i += 32) {
-          if (base + i < capacity) area[base + i] = sh.staged[warp][q][i];
+      const std::uint32_t group_total = __shfl_sync(0xFFFFFFFFu, total, g);
+      const std::uint32_t base = __shfl_sync(0xFFFFFFFFu, reserved, g);
+      std::uint32_t start[8];  // first entry of lane g + 4k in the query's run
+#pragma unroll
+      for (int k = 0; k < 8; ++k) start[k] = __shfl_sync(0xFFFFFFFFu, exclusive, g + 4 * k);
+      std::uint64_t* area = candidates + (t0 + g + 4 * r) * capacity;
+      for (std::uint32_t j = lane; j < group_total; j += 32) {
+        // The last lane whose run starts at or before j (lanes with nothing
+        // staged share their successor's start and are passed over).
+        int k = 0;
+        std::uint32_t first = 0;
+#pragma unroll
+        for (int m = 1; m < 8; ++m) {
+          if (start[m] <= j) {
+            k = m;
+            first = start[m];
+          }
         }
-        if (lane % 4 == g) st.staged[r] = 0;
+        if (base + j < capacity) area[base + j] = sh.staged[warp][r][j - first][g + 4 * k];
       }
     }
-    __syncwarp();  // every copy is read before the area is staged into again
+    st.staged[r] = 0;
+    __syncwarp();  // every entry is read before any lane stages again
   }
 
   template <int R>
@@ -108,31 +136,21 @@ struct CandidateSink {
     const int warp = static_cast<int>(threadIdx.x) / 32 - 4;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int q = lane % 4 + 4 * r;
-      bool pass[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) pass[half] = valid[r][half] && (st.all[r] || score[r][half] >= st.tau[r]);
-      const std::uint32_t b0 = __ballot_sync(0xFFFFFFFFu, pass[0]);
-      const std::uint32_t b1 = __ballot_sync(0xFFFFFFFFu, pass[1]);
-      if ((b0 | b1) == 0) continue;
-      const std::uint32_t group = 0x11111111u << (lane % 4);
-      const std::uint32_t lower = (1u << lane) - 1u;
-      std::uint32_t slot = st.staged[r] + __popc(b0 & group & lower) + __popc(b1 & group & lower);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (pass[half]) sh.staged[warp][q][slot++] = entry(score[r][half], key[half], st.ks[r]);
+        if (valid[r][half] && (st.all[r] || score[r][half] >= st.tau[r])) {
+          sh.staged[warp][r][st.staged[r]][lane] = entry(score[r][half], key[half], st.ks[r]);
+          ++st.staged[r];
+        }
       }
-      st.staged[r] += __popc(b0 & group) + __popc(b1 & group);
-      if (__any_sync(0xFFFFFFFFu, st.staged[r] > kPerWarpQuery - kMaxPerTile)) {
-        flush(st, sh, t0, lane, r, kPerWarpQuery - kMaxPerTile);
-      }
+      if (__any_sync(0xFFFFFFFFu, st.staged[r] > kLaneSlots - 2)) flush(st, sh, t0, lane, r);
     }
   }
 
   template <int R>
   __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
 #pragma unroll
-    for (int r = 0; r < R; ++r) flush(st, sh, t0, lane, r, 0);
+    for (int r = 0; r < R; ++r) flush(st, sh, t0, lane, r);
   }
 };
 

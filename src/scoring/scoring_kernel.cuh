@@ -32,7 +32,8 @@ struct ScoresArgs {
 //   begin<R>(t0, lane, rows)      per-lane state for the lane's R rows
 //                                 (queries lane % 4 + 4r, ranges `rows`);
 //   put(state, Shared&, t0, key, score, valid)
-//                                 every math thread, converged, once per tile:
+//                                 every math thread, converged, once per tile
+//                                 (while the warpgroup's next product runs):
 //                                 score[r][half] of key index key[half],
 //                                 valid[r][half] when inside row r's range;
 //   finish(state, Shared&, t0)    every math thread once after its last tile.
@@ -65,9 +66,13 @@ struct StoreSink {
   __device__ void finish(Lane<R>&, Shared&, std::int64_t, int) const {}
 };
 
+// The 1 KiB-aligned storage inside the dynamic shared memory. The pointer is
+// derived from `raw` by an offset (not rebuilt from an integer), so the
+// compiler keeps knowing it is shared memory and emits LDS/STS rather than
+// generic loads and stores.
 __device__ __forceinline__ SharedStorage& shared_storage(std::uint8_t* raw) {
-  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t{1023};
-  return *reinterpret_cast<SharedStorage*>(base);
+  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
+  return *reinterpret_cast<SharedStorage*>(raw + ((1024u - addr % 1024u) % 1024u));
 }
 
 // One thread: the Q block once, then every key tile of the range.
@@ -87,8 +92,10 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
   }
 }
 
-// A 64-key tile times the block's 256 (query, head) columns: 4 k-steps of 32.
-__device__ __forceinline__ void multiply_tile(float (&acc)[128], const std::uint8_t* keys, const std::uint8_t* q) {
+// A 64-key tile times the block's 256 (query, head) columns: 4 k-steps of 32,
+// issued asynchronously; the warpgroup may work on other registers until
+// wait_tile.
+__device__ __forceinline__ void issue_tile(float (&acc)[128], const std::uint8_t* keys, const std::uint8_t* q) {
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
@@ -96,9 +103,24 @@ __device__ __forceinline__ void multiply_tile(float (&acc)[128], const std::uint
                                 k > 0);
   }
   sm90::wgmma_commit();
+  sm90::fence_registers(acc);  // acc stays in place while the product runs
+}
+
+__device__ __forceinline__ void wait_tile(float (&acc)[128]) {
   sm90::wgmma_wait<0>();
   sm90::fence_registers(acc);
 }
+
+// The scores of one tile, as the sink takes them; the consumer holds a tile's
+// scores until its next tile's product is issued, so the sink's work runs in
+// the shadow of the tensor cores instead of between two products.
+// Only the tile's first key and the scores are held (registers are
+// tight with 8 queries per block): keys and range tests are recomputed at put.
+template <int R>
+struct TileScores {
+  std::int64_t key0;  // -1: nothing held
+  float score[R][2];
+};
 
 // Picks out[q][half] for the query this lane stores, q = kLaneQuery + 4r,
 // with compile-time indices only (no local memory).
@@ -132,10 +154,27 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
   sm90::barrier_wait(&smem.q_full, 0);
   sm90::PipelineState<kStages> st;
   st.advance(math_wg);
+  // With 8 queries per block (H = 32) holding a tile's scores spills: the
+  // sink runs right after the epilogue there.
+  constexpr bool kDeferPut = kStoresPerLane == 1;
+  TileScores<kStoresPerLane> held;
+  held.key0 = -1;
+  const auto put_held = [&] {
+    const std::int64_t key[2] = {held.key0 + row, held.key0 + row + 8};
+    bool valid[kStoresPerLane][2];
+#pragma unroll
+    for (int r = 0; r < kStoresPerLane; ++r) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) valid[r][half] = key[half] >= rows[r].begin && key[half] < rows[r].end;
+    }
+    sink.put(lane_state, sink_smem, t0, lane, key, held.score, valid);
+  };
   for (int i = math_wg; i < range.tiles; i += kMathWarpgroups) {
     smem.pipeline.consumer_wait(st);
     float acc[128];
-    multiply_tile(acc, smem.keys[st.stage], smem.q);
+    issue_tile(acc, smem.keys[st.stage], smem.q);
+    if (kDeferPut && held.key0 >= 0) put_held();
+    wait_tile(acc);
     const float scale_lo = smem.key_scale[st.stage][row];
     const float scale_hi = smem.key_scale[st.stage][row + 8];
     __syncwarp();
@@ -143,22 +182,19 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
 
     float head_sums[S::kQueries][2];
     reduce_heads<kHeads>(acc, weights, head_sums);
-    const std::int64_t key0 = range.begin + static_cast<std::int64_t>(i) * kTileKeys;
-    const std::int64_t key[2] = {key0 + row, key0 + row + 8};
-    float score[kStoresPerLane][2];
-    bool valid[kStoresPerLane][2];
+    held.key0 = range.begin + static_cast<std::int64_t>(i) * kTileKeys;
 #pragma unroll
     for (int r = 0; r < kStoresPerLane; ++r) {
       const int q = lane % 4 + 4 * r;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        score[r][half] = apply_key_scale(lane_value(head_sums, q, half), half == 0 ? scale_lo : scale_hi);
-        valid[r][half] = key[half] >= rows[r].begin && key[half] < rows[r].end;
+        held.score[r][half] = apply_key_scale(lane_value(head_sums, q, half), half == 0 ? scale_lo : scale_hi);
       }
     }
-    sink.put(lane_state, sink_smem, t0, lane, key, score, valid);
+    if (!kDeferPut) put_held();
     st.advance(kMathWarpgroups);
   }
+  if (kDeferPut && held.key0 >= 0) put_held();
   sink.finish(lane_state, sink_smem, t0, lane);
 }
 
