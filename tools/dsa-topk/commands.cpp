@@ -540,7 +540,12 @@ int run_bench(const Args& args) {
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const SelectOptions options = parse_options(args);
   std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, N)
-  if (grid == "h200") {
+  if (args.flag("T") || args.flag("N")) {
+    // One shape instead of a grid: both sizes must be given, and a grid too is a conflict.
+    if (!args.flag("T") || !args.flag("N")) throw std::invalid_argument("bench: --T and --N go together (one shape)");
+    if (args.flag("grid")) throw std::invalid_argument("bench: --grid and --T/--N are exclusive");
+    shapes = {{args.get_int("T", 0), args.get_int("N", 0)}};
+  } else if (grid == "h200") {
     shapes = {{4096, 8192}, {4096, 16384}, {4096, 32768}, {4096, 65536}, {4096, 131072}, {512, 131072}, {64, 131072}};
   } else if (grid == "small") {
     shapes = {{64, 8192}, {16, 32768}, {4, 131072}};
@@ -554,6 +559,10 @@ int run_bench(const Args& args) {
   }
   const auto dists = parse_distributions(args.get("dist", "model-like"));
   const std::string op = args.get("op", "indexer");
+  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
+  const Layout layout = layouts.front();
+  const int heads = static_cast<int>(args.get_int("heads", 64));
   std::vector<Row> rows;
   int index = 0;
   const int total = static_cast<int>(shapes.size() * dists.size());
@@ -561,9 +570,10 @@ int run_bench(const Args& args) {
     for (const auto& [T, N] : shapes) {
       tools::ProblemSpec spec;
       spec.dist = dist;
-      spec.layout = Layout::kCausalSuffix;
+      spec.layout = layout;
       spec.T = T;
       spec.N = N;
+      spec.H = heads;
       spec.K = options.k;
       spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
       const bool check = !args.flag("no-verify");

@@ -30,6 +30,7 @@ common options:
   --sorted --values
 bench options:
   --grid small|h200         shape grid (h200: the grid of shared/h200.md)
+  --T N --N N               instead of a grid: one shape (--layout: one layout)
   --reps N                  timed repetitions (median reported)
   --json FILE               also write the results as JSON
   --baselines               (--op topk --backend cuda) also time CUB's segmented radix sort
