@@ -39,11 +39,20 @@ Backend parse_backend(const std::string& name) {
   throw std::invalid_argument("--backend: expected cpu or cuda, got '" + name + "'");
 }
 
-std::vector<Distribution> parse_distributions(const std::string& name) {
-  if (name == "all") return tools::all_distributions();
-  Distribution d;
-  if (!tools::parse_distribution(name, &d)) throw std::invalid_argument("--dist: unknown distribution '" + name + "'");
-  return {d};
+// "all", one name, or a comma-separated list of names.
+std::vector<Distribution> parse_distributions(const std::string& names) {
+  if (names == "all") return tools::all_distributions();
+  std::vector<Distribution> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = names.find(',', at);
+    const std::string name = names.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    Distribution d;
+    if (!tools::parse_distribution(name, &d)) throw std::invalid_argument("--dist: unknown distribution '" + name + "'");
+    out.push_back(d);
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
 }
 
 std::vector<Layout> parse_layouts(const std::string& name) {

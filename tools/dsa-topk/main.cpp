@@ -22,7 +22,7 @@ commands:
 common options:
   --backend cpu|cuda        (default cpu)
   --op indexer|topk|scores  operator (default indexer; scores: the scoring kernel, bench only)
-  --dist NAME|all           model-like, ties, dead-relu, mixed-sign, shifted, small-integer
+  --dist NAME[,NAME]|all    model-like, ties, dead-relu, mixed-sign, shifted, small-integer
   --layout NAME|all         causal-suffix, varlen-batch, context-parallel, boundary, full
   --T N --N N --K K --heads H --seed S --threads N
   --deterministic           ties go to the smallest index
