@@ -38,7 +38,8 @@ run_logged() {
 {
   echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)') (git metadata may be stale in a device copy)"
+  echo "tree: $(bash scripts/tree-hash.sh 2>/dev/null || echo unknown) (scripts/tree-hash.sh on the machine that sent it must print the same)"
   echo
   echo '```'
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
