@@ -2,8 +2,9 @@
 // (scoring/scoring_kernel.cuh describes the interface):
 //   * CandidateSink: stage 2, the filter. Each score >= its row's tau becomes
 //     a candidate (order key of (score key, position in the row)), staged in
-//     shared memory per query and copied to the row's candidate area in the
-//     workspace when the CTA ends; the row's counter counts every one.
+//     shared memory by the lane that computed it and copied to the row's
+//     candidate area in the workspace when the lane's slots fill and when
+//     the CTA ends; the row's counter counts every one.
 //   * ChecksumSink: the math-only control build: every valid score is folded
 //     into an xor checksum, so the matrix work and score arithmetic stay.
 #pragma once
@@ -29,8 +30,8 @@ inline constexpr int kStagedEntries = 12288;  // 96 KiB of staged candidates per
 // common path is two compares and a predicated store. When a lane could not
 // take another tile, its warp flushes: the 8 lanes of each query sum their
 // counts by shuffles, lanes 0..3 reserve the four queries' slots in their
-// rows' areas with one global atomic each (one round trip), and every lane
-// copies its own entries.
+// rows' areas with one global atomic each (one round trip), and the warp
+// copies each query's entries coalesced, in lane order.
 template <int kQueries>
 struct CandidateSink {
   static constexpr int kR = kQueries / 4;  // queries per lane
