@@ -571,20 +571,14 @@ int run_bench(const Args& args) {
   const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
   if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
   const Layout layout = layouts.front();
-  const int heads = static_cast<int>(args.get_int("heads", 64));
   std::vector<Row> rows;
   int index = 0;
   const int total = static_cast<int>(shapes.size() * dists.size());
   for (Distribution dist : dists) {
     for (const auto& [T, N] : shapes) {
-      tools::ProblemSpec spec;
-      spec.dist = dist;
-      spec.layout = layout;
+      tools::ProblemSpec spec = spec_from(args, dist, layout);  // heads, K, seed as every command reads them
       spec.T = T;
       spec.N = N;
-      spec.H = heads;
-      spec.K = options.k;
-      spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
       const bool check = !args.flag("no-verify");
       if (op == "scores") {
         rows.push_back(run_scores_case(tools::make_indexer_problem(spec), dist, backend, reps, ++index, total));
