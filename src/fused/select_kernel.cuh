@@ -19,16 +19,16 @@ namespace dsa::fused {
 
 inline constexpr int kSelectThreads = 256;
 
-// The stage is latency-bound: every pass over the candidates runs warp
-// collectives per item batch, so a pass over candidates left in the
-// workspace waits one L2 round trip per batch (12 of them for ~3K
-// candidates, ~1 us each). The candidates of rows with up to kStaged of them
-// are therefore copied to shared memory once. tau is the sample of rank
-// j ~ 97 of S = 64 N / K (threshold_kernel.cuh), so the count is ~N j / S =
-// 1.52 K with a standard deviation of ~N sqrt(j) / S = 0.15 K: 2.25 K covers
-// it by ~4.8 sigma; larger sets (overflowing rows that still certify) are read
-// from the workspace on every pass. Shared memory stays small enough for
-// four rows per SM; the emitted order keys share their space with the sort.
+// The candidates of rows with up to kStaged of them are copied to shared
+// memory once; larger sets (overflowing rows that still certify) are read
+// from the workspace on every pass. tau is the sample of rank j ~ 97 of
+// S = 64 N / K (threshold_kernel.cuh), so the count is ~N j / S = 1.52 K
+// with a standard deviation of ~N sqrt(j) / S = 0.15 K: 2.25 K covers it by
+// ~4.8 sigma (1.5 K left half the rows in the workspace; staging them bought
+// only 210 -> 204 us at T = 4096: the stage is bound by its instructions per
+// candidate and pass, docs/perf-log.md). Shared memory stays small enough
+// for four rows per SM; the emitted order keys share their space with the
+// sort.
 template <int K>
 struct SelectConfig {
   static constexpr int kStaged = 9 * K / 4;
