@@ -20,7 +20,8 @@ namespace dsa::fused {
 
 inline constexpr int kMathThreads = 128 * scoring::kMathWarpgroups;
 inline constexpr int kMathWarps = kMathThreads / 32;
-inline constexpr int kStagedEntries = 12288;  // 96 KiB of staged candidates per CTA
+inline constexpr int kStagedEntries = 11264;  // 88 KiB of staged candidates per CTA (91 KiB
+                                               // padded: what the scoring kernel leaves of 227)
 
 // Staging is private to each lane: a lane stores R queries' scores of two
 // key rows per tile, so it appends its candidates to its own slots
@@ -80,8 +81,8 @@ struct CandidateSink {
     return st;
   }
 
-  __device__ __forceinline__ static std::uint64_t entry(float score, std::int64_t key, std::int32_t ks) {
-    return selection::device::order_key(score_key(score), static_cast<std::int32_t>(key) - ks);
+  __device__ __forceinline__ static std::uint64_t entry(float score, std::int32_t key, std::int32_t ks) {
+    return selection::device::order_key(score_key(score), key - ks);
   }
 
   // Copies every lane's staged entries of query set r to the rows' areas
@@ -132,7 +133,7 @@ struct CandidateSink {
 
   template <int R>
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane,
-                                      const std::int64_t (&key)[2], const float (&score)[R][2],
+                                      const std::int32_t (&key)[2], const float (&score)[R][2],
                                       const bool (&valid)[R][2]) const {
     const int warp = static_cast<int>(threadIdx.x) / 32 - 4;
 #pragma unroll
@@ -168,7 +169,7 @@ struct ChecksumSink {
     return {0u};
   }
   template <int R>
-  __device__ __forceinline__ void put(Lane<R>& st, Shared&, std::int64_t, int, const std::int64_t (&)[2],
+  __device__ __forceinline__ void put(Lane<R>& st, Shared&, std::int64_t, int, const std::int32_t (&)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
 #pragma unroll
     for (int r = 0; r < R; ++r) {

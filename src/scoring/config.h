@@ -1,6 +1,7 @@
 // Configuration of the FP8 indexer scoring kernel (docs/design.md, "Scoring").
 //
-// One CTA scores a block of queries against a chunk of keys. The GEMM is laid
+// A CTA scores blocks of queries against runs of key tiles (schedule.cuh).
+// The GEMM is laid
 // out with keys as M and (query, head) pairs as N: a 64-key tile times
 // 256 (query, head) columns per wgmma, so a thread's accumulators hold whole
 // head groups of a few queries and the head reduction needs two shuffles and
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "common/sm90/barrier.cuh"
+#include "scoring/schedule.cuh"
 
 namespace dsa::scoring {
 
@@ -19,8 +21,15 @@ inline constexpr int kTileCols = 256;        // N of one wgmma: (query, head) co
 inline constexpr int kStages = 8;            // key tiles in flight
 inline constexpr int kMathWarpgroups = 2;    // alternate tiles (ping-pong)
 inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);  // warpgroup 0 produces
-inline constexpr int kProducerRegs = 40;     // setmaxnreg budgets
-inline constexpr int kMathRegs = 232;
+// setmaxnreg budgets. setmaxnreg.inc waits until the CTA's pool has the
+// registers, and the pool is what the launch allotted (168 per thread, 65536
+// / kThreads in steps of 8): a split over it deadlocks. The producer
+// warpgroup (TMA thread, scheduler warp) fits in 24 (the scheduler works in
+// 32-bit block and tile counts for that); the fused filter's math needs 240.
+inline constexpr int kProducerRegs = 24;
+inline constexpr int kMathRegs = 240;
+static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= (65536 / kThreads) / 8 * 8 * kThreads,
+              "setmaxnreg budgets exceed the registers the launch allots");
 
 template <int kHeads>
 struct Shape {
@@ -28,16 +37,24 @@ struct Shape {
   static constexpr int kHeadGroups = kHeads / 8;       // 8-column groups per query
 };
 
+inline constexpr int kUnitSlots = 2;         // units in flight: the next unit's queries load
+                                             // while the current one finishes
+
 // Shared memory of one CTA; the launcher sizes it with sizeof (+1 KiB for
 // aligning the base to the 1 KiB the 128-byte swizzle needs).
 struct alignas(1024) SharedStorage {
   std::uint8_t keys[kStages][kTileKeys * kHeadDim];  // [stage][key][d], 128-byte swizzled
-  std::uint8_t q[kTileCols * kHeadDim];              // [query * H + head][d], 128-byte swizzled
+  std::uint8_t q[kUnitSlots][kTileCols * kHeadDim];  // [slot][query * H + head][d], 128-byte swizzled
   float key_scale[kStages][kTileKeys];
+  float half_w[kUnitSlots][kTileCols];               // [slot][query * H + head]: 0.5 * w (0 past T)
+  Unit unit[kUnitSlots];
   sm90::Pipeline<kStages> pipeline;
-  std::uint64_t q_full;
+  std::uint64_t unit_full[kUnitSlots];   // unit and half_w written (the scheduler warp's 32 lanes)
+  std::uint64_t q_full[kUnitSlots];      // the unit's Q block landed (TMA)
+  std::uint64_t unit_empty[kUnitSlots];  // every math warp is done with the slot
+  std::int64_t warp_sums[kThreads / 32];  // the run search (find_run)
+  RunStart run;
 };
-
 inline constexpr std::uint32_t kKeyTileBytes = kTileKeys * kHeadDim;
 inline constexpr std::uint32_t kScaleTileBytes = kTileKeys * sizeof(float);
 inline constexpr std::uint32_t kQBytes = kTileCols * kHeadDim;

@@ -23,18 +23,16 @@ struct HeadWeights {
   using S = Shape<kHeads>;
   float half_w[S::kQueries][S::kHeadGroups][2];  // 0.5 * w[t0 + q][8g + 2*(lane%4) + e]
 
-  __device__ __forceinline__ void load(const float* __restrict__ w, std::int64_t t0, std::int64_t num_queries,
-                                       int lane) {
+  // From the unit's weights in shared memory ([query * H + head], already
+  // halved and zero past T: the scheduler warp wrote them).
+  __device__ __forceinline__ void load(const float* half_w_smem, int lane) {
 #pragma unroll
     for (int q = 0; q < S::kQueries; ++q) {
-      const bool valid = t0 + q < num_queries;
-      const float* row = w + (t0 + q) * kHeads;
 #pragma unroll
       for (int g = 0; g < S::kHeadGroups; ++g) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          half_w[q][g][e] = valid ? 0.5f * __ldg(row + 8 * g + 2 * (lane % 4) + e) : 0.0f;
-        }
+        const float2 pair = *reinterpret_cast<const float2*>(half_w_smem + q * kHeads + 8 * g + 2 * (lane % 4));
+        half_w[q][g][0] = pair.x;
+        half_w[q][g][1] = pair.y;
       }
     }
   }

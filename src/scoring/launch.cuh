@@ -45,18 +45,22 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   }
   if (!st.ok()) return st;
 
-  int device = 0, sm_count = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  const std::int64_t chunk = choose_chunk_keys(in.num_queries, in.num_keys, kHeads, sm_count);
-  const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys, chunk};
-  const dim3 grid(static_cast<unsigned>((in.num_queries + S::kQueries - 1) / S::kQueries),
-                  static_cast<unsigned>((in.num_keys + chunk - 1) / chunk));
   constexpr int kSmemBytes = scoring_smem_bytes<Sink>();
+  static_assert(kSmemBytes <= 227 * 1024, "scoring kernel shared memory exceeds the H100/H200 limit");
   auto kernel = indexer_scores_kernel<kHeads, Sink>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return scoring_cuda_error(err, "scoring kernel shared memory");
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args, sink);
+  // Persistent: as many CTAs as fit at once (one per SM); schedule.cuh
+  // splits the work evenly among them on the device.
+  int device = 0, sm_count = 0, per_sm = 0;
+  err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes);
+  if (err != cudaSuccess) return scoring_cuda_error(err, "scoring kernel occupancy");
+  if (per_sm < 1) return {StatusCode::kCudaError, "scoring kernel: no CTA fits on an SM"};
+  const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys};
+  kernel<<<static_cast<unsigned>(sm_count * per_sm), kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args,
+                                                                                       sink);
   err = cudaGetLastError();
   return err == cudaSuccess ? Status::Ok() : scoring_cuda_error(err, "scoring kernel launch");
 }

@@ -1,6 +1,10 @@
-// The FP8 indexer scoring kernel: warpgroup 0 loads (TMA), warpgroups 1..2
-// multiply (wgmma) and run the epilogue on alternate key tiles, so one
-// warpgroup's epilogue overlaps the other's matrix product.
+// The FP8 indexer scoring kernel, persistent (schedule.cuh): one CTA per SM
+// walks its run of units. In warpgroup 0, warp 1 schedules (each unit's
+// block, first key and tile count, and its head weights, into one of two
+// slots) and thread 0 loads (TMA: the unit's Q block, then its key tiles);
+// warpgroups 1..2 multiply (wgmma) and run the epilogue on alternate key
+// tiles, so one warpgroup's epilogue overlaps the other's matrix product,
+// across unit boundaries too.
 #pragma once
 
 #include <cuda.h>
@@ -23,20 +27,21 @@ struct ScoresArgs {
   const std::uint32_t* row_mask;  // [T] or null: rows with 0 score nothing
   std::int64_t num_queries;       // T
   std::int64_t num_keys;          // N
-  std::int64_t chunk_keys;        // keys per blockIdx.y chunk, a multiple of kTileKeys
 };
 
 // Where the scores of a tile go. A sink is a kernel argument with
 //   Shared                        shared memory it needs after SharedStorage;
 //   init(Shared&)                 thread 0, before the CTA's first barrier;
 //   begin<R>(t0, lane, rows)      per-lane state for the lane's R rows
-//                                 (queries lane % 4 + 4r, ranges `rows`);
+//                                 (queries lane % 4 + 4r, ranges `rows`) at
+//                                 the start of each unit (block t0);
 //   put(state, Shared&, t0, key, score, valid)
 //                                 every math thread, converged, once per tile
 //                                 (while the warpgroup's next product runs):
 //                                 score[r][half] of key index key[half],
 //                                 valid[r][half] when inside row r's range;
-//   finish(state, Shared&, t0)    every math thread once after its last tile.
+//   finish(state, Shared&, t0)    every math thread after each unit's last tile
+//                                 (a warpgroup may have no tile in a unit).
 // StoreSink writes the scores matrix (the indexer_scores operator); the fused
 // operator's sinks live in src/fused/sinks.cuh.
 struct StoreSink {
@@ -51,7 +56,7 @@ struct StoreSink {
     return {};
   }
   template <int R>
-  __device__ __forceinline__ void put(Lane<R>&, Shared&, std::int64_t t0, int lane, const std::int64_t (&key)[2],
+  __device__ __forceinline__ void put(Lane<R>&, Shared&, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -75,20 +80,76 @@ __device__ __forceinline__ SharedStorage& shared_storage(std::uint8_t* raw) {
   return *reinterpret_cast<SharedStorage*>(raw + ((1024u - addr % 1024u) % 1024u));
 }
 
-// One thread: the Q block once, then every key tile of the range.
+// Warp 1 of warpgroup 0: walks the CTA's run from `run`, writing each unit
+// and its head weights into slot u % 2 once every math warp is done with the
+// slot's previous unit; a unit with no tiles ends the run.
+template <int kHeads>
+__device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& args) {
+  const RunStart run = smem.run;  // from shared memory: registers are scarce here
+  using S = Shape<kHeads>;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // 32 bits suffice (24 registers): T / 4 blocks and a CTA's share of their
+  // N / 64 tiles are far below 2^31 for any T, N whose inputs fit in memory.
+  std::int32_t block = static_cast<std::int32_t>(run.block);
+  std::int32_t skip = static_cast<std::int32_t>(run.skip), left = static_cast<std::int32_t>(run.tiles);
+  std::int32_t odd = 0;
+  for (std::uint32_t u = 0;; ++u) {
+    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
+    sm90::barrier_wait(&smem.unit_empty[slot], (use & 1u) ^ 1u);  // a fresh barrier: free
+    Unit unit;
+    while (left > 0) {
+      const std::int64_t t0 = static_cast<std::int64_t>(block) * S::kQueries;
+      const KeyRange r = block_key_range_warp<S::kQueries, kTileKeys>(args.ks, args.ke, args.row_mask, t0,
+                                                                      args.num_queries, args.num_keys);
+      const std::int32_t n = r.tiles - skip;
+      if (n > 0) {
+        unit.t0 = t0;
+        unit.key_begin = static_cast<std::int32_t>(r.begin) + skip * kTileKeys;
+        unit.tiles = min(n, left);
+        unit.odd = odd;
+        odd ^= unit.tiles & 1;
+        left -= unit.tiles;
+      }
+      ++block;
+      skip = 0;
+      if (n > 0) break;
+    }
+    if (lane == 0) smem.unit[slot] = unit;
+    if (unit.tiles > 0) {
+#pragma unroll 2  // 24 registers: more loads in flight spill
+      for (int j = lane; j < kTileCols; j += 32) {
+        const std::int64_t t = unit.t0 + j / kHeads;
+        smem.half_w[slot][j] = t < args.num_queries ? 0.5f * __ldg(args.w + unit.t0 * kHeads + j) : 0.0f;
+      }
+    }
+    __syncwarp();
+    sm90::barrier_arrive(&smem.unit_full[slot]);  // every lane: its stores are released
+    if (unit.tiles == 0) return;
+  }
+}
+
+// Thread 0: per unit, the Q block into the unit's slot, then its key tiles
+// through the stage ring (which runs on across units).
 __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* q_map, const CUtensorMap* k_map,
-                                        const CUtensorMap* scale_map, std::int64_t first_q_row,
-                                        const KeyRange& range) {
-  sm90::barrier_arrive_expect_tx(&smem.q_full, kQBytes);
-  sm90::tma_load_2d(smem.q, q_map, 0, static_cast<std::int32_t>(first_q_row), &smem.q_full);
+                                        const CUtensorMap* scale_map, int heads) {
   sm90::PipelineState<kStages> st;
-  for (int i = 0; i < range.tiles; ++i) {
-    const std::int32_t key0 = static_cast<std::int32_t>(range.begin + static_cast<std::int64_t>(i) * kTileKeys);
-    smem.pipeline.producer_acquire(st);
-    std::uint64_t* full = smem.pipeline.producer_commit(st, kKeyTileBytes + kScaleTileBytes);
-    sm90::tma_load_2d(smem.keys[st.stage], k_map, 0, key0, full);
-    sm90::tma_load_1d(smem.key_scale[st.stage], scale_map, key0, full);
-    st.advance();
+  for (std::uint32_t u = 0;; ++u) {
+    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
+    sm90::barrier_wait(&smem.unit_full[slot], use & 1u);
+    const Unit unit = smem.unit[slot];
+    if (unit.tiles == 0) return;
+    // The slot's previous unit is done (the scheduler waited for it), so its
+    // Q block may be overwritten.
+    sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kQBytes);
+    sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(unit.t0 * heads), &smem.q_full[slot]);
+    for (int i = 0; i < unit.tiles; ++i) {
+      const std::int32_t key0 = unit.key_begin + i * kTileKeys;
+      smem.pipeline.producer_acquire(st);
+      std::uint64_t* full = smem.pipeline.producer_commit(st, kKeyTileBytes + kScaleTileBytes);
+      sm90::tma_load_2d(smem.keys[st.stage], k_map, 0, key0, full);
+      sm90::tma_load_1d(smem.key_scale[st.stage], scale_map, key0, full);
+      st.advance();
+    }
   }
 }
 
@@ -118,7 +179,7 @@ __device__ __forceinline__ void wait_tile(float (&acc)[128]) {
 // tight with 8 queries per block): keys and range tests are recomputed at put.
 template <int R>
 struct TileScores {
-  std::int64_t key0;  // -1: nothing held
+  std::int32_t key0;  // -1: nothing held
   float score[R][2];
 };
 
@@ -132,70 +193,91 @@ __device__ __forceinline__ float lane_value(const float (&out)[kQueries][2], int
   return v;
 }
 
+// One math warpgroup: per unit, the tiles whose index in the CTA's run is
+// congruent to math_wg mod 2 (the stage ring's order), then the sink's finish.
 template <int kHeads, class Sink>
 __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shared& sink_smem, const ScoresArgs& args,
-                                        const Sink& sink, std::int64_t t0, const KeyRange& range, int math_wg) {
+                                        const Sink& sink, int math_wg) {
   using S = Shape<kHeads>;
   constexpr int kStoresPerLane = S::kQueries / 4;  // queries q = lane%4 + 4r
   const int lane = threadIdx.x % 32;
   const int row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;  // key row in the tile (and row + 8)
-
-  HeadWeights<kHeads> weights;
-  weights.load(args.w, t0, args.num_queries, lane);
-  RowRange rows[kStoresPerLane];
-#pragma unroll
-  for (int r = 0; r < kStoresPerLane; ++r) {
-    const std::int64_t t = t0 + lane % 4 + 4 * r;
-    // Rows past T get an empty range: they store nothing.
-    rows[r] = t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
-  }
-  auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows);
-
-  sm90::barrier_wait(&smem.q_full, 0);
-  sm90::PipelineState<kStages> st;
-  st.advance(math_wg);
   // With 8 queries per block (H = 32) holding a tile's scores spills: the
   // sink runs right after the epilogue there.
   constexpr bool kDeferPut = kStoresPerLane == 1;
-  TileScores<kStoresPerLane> held;
-  held.key0 = -1;
-  const auto put_held = [&] {
-    const std::int64_t key[2] = {held.key0 + row, held.key0 + row + 8};
-    bool valid[kStoresPerLane][2];
-#pragma unroll
-    for (int r = 0; r < kStoresPerLane; ++r) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) valid[r][half] = key[half] >= rows[r].begin && key[half] < rows[r].end;
-    }
-    sink.put(lane_state, sink_smem, t0, lane, key, held.score, valid);
-  };
-  for (int i = math_wg; i < range.tiles; i += kMathWarpgroups) {
-    smem.pipeline.consumer_wait(st);
-    float acc[128];
-    issue_tile(acc, smem.keys[st.stage], smem.q);
-    if (kDeferPut && held.key0 >= 0) put_held();
-    wait_tile(acc);
-    const float scale_lo = smem.key_scale[st.stage][row];
-    const float scale_hi = smem.key_scale[st.stage][row + 8];
-    __syncwarp();
-    if (lane == 0) smem.pipeline.consumer_release(st);  // 4 warps release a stage
 
-    float head_sums[S::kQueries][2];
-    reduce_heads<kHeads>(acc, weights, head_sums);
-    held.key0 = range.begin + static_cast<std::int64_t>(i) * kTileKeys;
+  sm90::PipelineState<kStages> st;
+  st.advance(math_wg);
+  for (std::uint32_t u = 0;; ++u) {
+    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
+    sm90::barrier_wait(&smem.unit_full[slot], use & 1u);
+    // Lane 0 reads the unit (and alone gives the slot back): every read of
+    // it is ordered before the scheduler's next write by the lane's own arrival.
+    Unit unit;
+    if (lane == 0) unit = smem.unit[slot];
+    unit.t0 = __shfl_sync(0xFFFFFFFFu, unit.t0, 0);
+    unit.key_begin = __shfl_sync(0xFFFFFFFFu, unit.key_begin, 0);
+    unit.tiles = __shfl_sync(0xFFFFFFFFu, unit.tiles, 0);
+    unit.odd = __shfl_sync(0xFFFFFFFFu, unit.odd, 0);
+    if (unit.tiles == 0) return;
+    const std::int64_t t0 = unit.t0;
+    HeadWeights<kHeads> weights;
+    weights.load(smem.half_w[slot], lane);
+    RowRange rows[kStoresPerLane];
 #pragma unroll
     for (int r = 0; r < kStoresPerLane; ++r) {
-      const int q = lane % 4 + 4 * r;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        held.score[r][half] = apply_key_scale(lane_value(head_sums, q, half), half == 0 ? scale_lo : scale_hi);
-      }
+      const std::int64_t t = t0 + lane % 4 + 4 * r;
+      // Rows past T get an empty range: they store nothing.
+      rows[r] = t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
     }
-    if (!kDeferPut) put_held();
-    st.advance(kMathWarpgroups);
+    auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows);
+    sm90::barrier_wait(&smem.q_full[slot], use & 1u);
+
+    TileScores<kStoresPerLane> held;
+    held.key0 = -1;
+    const auto put_held = [&] {
+      const std::int32_t key[2] = {held.key0 + row, held.key0 + row + 8};
+      bool valid[kStoresPerLane][2];
+#pragma unroll
+      for (int r = 0; r < kStoresPerLane; ++r) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) valid[r][half] = key[half] >= rows[r].begin && key[half] < rows[r].end;
+      }
+      sink.put(lane_state, sink_smem, t0, lane, key, held.score, valid);
+    };
+    for (int i = (math_wg ^ unit.odd) & 1; i < unit.tiles; i += kMathWarpgroups) {
+      smem.pipeline.consumer_wait(st);
+      float acc[128];
+      issue_tile(acc, smem.keys[st.stage], smem.q[slot]);
+      if (kDeferPut && held.key0 >= 0) put_held();
+      wait_tile(acc);
+      const float scale_lo = smem.key_scale[st.stage][row];
+      const float scale_hi = smem.key_scale[st.stage][row + 8];
+      __syncwarp();
+      if (lane == 0) smem.pipeline.consumer_release(st);  // 4 warps release a stage
+
+      float head_sums[S::kQueries][2];
+      reduce_heads<kHeads>(acc, weights, head_sums);
+      held.key0 = unit.key_begin + i * kTileKeys;
+#pragma unroll
+      for (int r = 0; r < kStoresPerLane; ++r) {
+        const int q_index = lane % 4 + 4 * r;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          held.score[r][half] =
+              apply_key_scale(lane_value(head_sums, q_index, half), half == 0 ? scale_lo : scale_hi);
+        }
+      }
+      if (!kDeferPut) put_held();
+      st.advance(kMathWarpgroups);
+    }
+    if (kDeferPut && held.key0 >= 0) put_held();
+    sink.finish(lane_state, sink_smem, t0, lane);
+    // Every read of the slot (Q by the warpgroup's products, which have
+    // completed, and half_w) is done.
+    __syncwarp();
+    if (lane == 0) sm90::barrier_arrive(&smem.unit_empty[slot]);
   }
-  if (kDeferPut && held.key0 >= 0) put_held();
-  sink.finish(lane_state, sink_smem, t0, lane);
 }
 
 // The sink's shared memory, after SharedStorage.
@@ -211,29 +293,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   using S = Shape<kHeads>;
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
-  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * S::kQueries;
-  const KeyRange range = block_key_range<S::kQueries, kTileKeys>(args.ks, args.ke, args.row_mask, t0, args.num_queries,
-                                                                 args.num_keys, blockIdx.y, args.chunk_keys);
-  if (range.tiles == 0) return;  // the same for every thread of the CTA
-
-  const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     smem.pipeline.init(4);
-    sm90::barrier_init(&smem.q_full, 1);
+    for (int s = 0; s < kUnitSlots; ++s) {
+      sm90::barrier_init(&smem.unit_full[s], 32);
+      sm90::barrier_init(&smem.q_full[s], 1);
+      sm90::barrier_init(&smem.unit_empty[s], kThreads / 32 - 4);  // the math warps
+    }
     sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
   }
+  // Every thread takes part in the search (it ends with a barrier, which also
+  // publishes the initialisation above).
+  const RunStart run = find_run<S::kQueries, kTileKeys, kThreads>(args.ks, args.ke, args.row_mask, args.num_queries,
+                                                                  args.num_keys, smem.warp_sums, &smem.run);
+  if (run.tiles == 0) return;  // the same for every thread of the CTA
   __syncthreads();
 
+  const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
+      sm90::tma_prefetch_descriptor(&q_map);
       sm90::tma_prefetch_descriptor(&k_map);
-      produce(smem, &q_map, &k_map, &scale_map, t0 * kHeads, range);
+      produce(smem, &q_map, &k_map, &scale_map, kHeads);
+    } else if (threadIdx.x / 32 == 1) {
+      schedule<kHeads>(smem, args);
     }
   } else {
     sm90::setmaxnreg_inc<kMathRegs>();
-    consume<kHeads>(smem, sink_storage<Sink>(smem), args, sink, t0, range, warpgroup - 1);
+    consume<kHeads>(smem, sink_storage<Sink>(smem), args, sink, warpgroup - 1);
   }
 }
 
