@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "common/keys.h"
 #include "fused/select_kernel.cuh"
@@ -177,11 +178,27 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                           p.options.sorted,
                           flags,
                           hooks.trace};
-    constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K>::SharedStorage));
-    cudaError_t err = cudaFuncSetAttribute(select_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const auto launch_select = [&](auto threads) {
+      constexpr int kThreads = decltype(threads)::value;
+      constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, kThreads>::SharedStorage));
+      auto kernel = select_kernel<K, kThreads>;
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      if (e == cudaSuccess) {
+        kernel<<<static_cast<unsigned>(p.num_queries), kThreads, kSmem, stream>>>(args);
+        e = cudaGetLastError();
+      }
+      return e;
+    };
+    int device = 0, sm_count = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) {
-      select_kernel<K><<<static_cast<unsigned>(p.num_queries), kSelectThreads, kSmem, stream>>>(args);
-      err = cudaGetLastError();
+      // Fewer rows than two per SM: wide blocks (one row's latency is the stage).
+      const bool wide = hooks.select_width == FusedHooks::SelectWidth::kByRows
+                            ? p.num_queries <= 2 * static_cast<std::int64_t>(sm_count)
+                            : hooks.select_width == FusedHooks::SelectWidth::kWide;
+      err = wide ? launch_select(std::integral_constant<int, kSelectThreadsWide<K>>{})
+                : launch_select(std::integral_constant<int, kSelectThreads>{});
     }
     if (err != cudaSuccess) return cuda_error(err, "select kernel launch");
   }

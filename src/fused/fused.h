@@ -53,6 +53,9 @@ struct FusedHooks {
   bool force_threshold = false;
   std::uint32_t forced_threshold_key = 0;
   FusedRowTrace* trace = nullptr;  // [T] device memory, or null
+  // Threads per row of the select stage: by T (default), or forced so tests
+  // cover both widths at any T.
+  enum class SelectWidth { kByRows, kNarrow, kWide } select_width = SelectWidth::kByRows;
   std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
 };
 

@@ -17,7 +17,13 @@
 
 namespace dsa::fused {
 
+// Threads per row: 256 lets four rows share an SM; when there are too few
+// rows to fill the GPU (small T), a row's latency is the stage's time, and
+// a block of up to 1024 threads (at least one sorted item each) cuts each
+// pass over the candidates by 4x.
 inline constexpr int kSelectThreads = 256;
+template <int K>
+inline constexpr int kSelectThreadsWide = K < 1024 ? K : 1024;
 
 // The candidates of rows with up to kStaged of them are copied to shared
 // memory once; larger sets (overflowing rows that still certify) are read
@@ -29,10 +35,10 @@ inline constexpr int kSelectThreads = 256;
 // candidate and pass, docs/perf-log.md). Shared memory stays small enough
 // for four rows per SM; the emitted order keys share their space with the
 // sort.
-template <int K>
+template <int K, int Threads>
 struct SelectConfig {
   static constexpr int kStaged = 9 * K / 4;
-  using BlockSort = cub::BlockRadixSort<std::uint64_t, kSelectThreads, K / kSelectThreads>;
+  using BlockSort = cub::BlockRadixSort<std::uint64_t, Threads, K / Threads>;
   struct SharedStorage {
     union {
       std::uint64_t out[K];
@@ -62,9 +68,9 @@ struct SelectArgs {
   FusedRowTrace* trace;               // [T] or null
 };
 
-template <int K>
-__global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs a) {
-  using Cfg = SelectConfig<K>;
+template <int K, int Threads>
+__global__ void __launch_bounds__(Threads) select_kernel(const SelectArgs a) {
+  using Cfg = SelectConfig<K, Threads>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
@@ -84,7 +90,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs
   }
   if (!certified) return;  // the same for every thread
 
-  for (int i = threadIdx.x; i < K; i += kSelectThreads) sh.emit.out[i] = selection::device::kEmptySlot;
+  for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
   if (threadIdx.x == 0) {
     sh.emitted = 0;
     sh.lo = 0xFFFFFFFFu;
@@ -94,7 +100,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs
   const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
   std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
 #pragma unroll 4
-  for (std::uint32_t i = threadIdx.x; i < c; i += kSelectThreads) {
+  for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
     const std::uint64_t v = __ldg(area + i);
     const auto key = static_cast<std::uint32_t>(v >> 32);
     lo = min(lo, key);
@@ -115,7 +121,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs
   lo = sh.lo;
   hi = sh.hi;
   const auto items = [&](auto&& fn) {
-    for (std::uint32_t base = 0; base < c; base += kSelectThreads) {
+    for (std::uint32_t base = 0; base < c; base += Threads) {
       const std::uint32_t i = base + threadIdx.x;
       const bool present = i < c;
       std::uint32_t key = 0;
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const SelectArgs
   __syncthreads();  // out complete
   // Values come from the keys: score_key is invertible on every score the
   // kernel can produce except NaN, which ranks (and is reported) as -inf.
-  selection::device::write_row<K, kSelectThreads, typename Cfg::BlockSort>(
+  selection::device::write_row<K, Threads, typename Cfg::BlockSort>(
       sh.emit.out, sh.emit.sort, a.indices + t * K, a.values != nullptr ? a.values + t * K : nullptr,
       a.relative_indices ? 0 : r.begin, a.sorted, a.smallest_index_ties,
       [](std::int32_t, std::uint32_t key) { return key_score(key); });

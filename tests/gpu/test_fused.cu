@@ -337,11 +337,16 @@ TEST(FusedGpuSweep, EveryDistributionLayoutAndK) {
         DeviceProblem dev(prob);
         Unfused oracle(dev);
         const IndexBase base = i % 2 ? IndexBase::kRelative : IndexBase::kAbsolute;
+        // The select stage's two block widths (by T these small T would all
+        // get the wide one): each option set runs on both across the sweep.
+        FusedHooks narrow, wide;
+        narrow.select_width = FusedHooks::SelectWidth::kNarrow;
+        wide.select_width = FusedHooks::SelectWidth::kWide;
         const SelectOptions det = deterministic(K, base);
-        expect_matches_unfused(oracle, det, run_fused(dev, det, true).out);
+        expect_matches_unfused(oracle, det, run_fused(dev, det, true, i % 2 ? &narrow : &wide).out);
         const SelectOptions any = make_options(K, TieBreak::kAny, i % 2 ? IndexBase::kAbsolute : IndexBase::kRelative,
                                                i % 3 == 1);
-        expect_matches_unfused(oracle, any, run_fused(dev, any, i % 2 == 0).out);
+        expect_matches_unfused(oracle, any, run_fused(dev, any, i % 2 == 0, i % 2 ? &wide : &narrow).out);
       }
     }
   }
