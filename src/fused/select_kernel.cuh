@@ -19,11 +19,12 @@ namespace dsa::fused {
 
 // Threads per row: 256 lets four rows share an SM; when there are too few
 // rows to fill the GPU (small T), a row's latency is the stage's time, and
-// a block of up to 1024 threads (at least one sorted item each) cuts each
-// pass over the candidates by 4x.
+// a block of K / 2 threads, up to 1024 (two sorted items each: with one,
+// K = 1024's block has 64 registers per thread and spills), cuts each pass
+// over the candidates by up to 4x.
 inline constexpr int kSelectThreads = 256;
 template <int K>
-inline constexpr int kSelectThreadsWide = K < 1024 ? K : 1024;
+inline constexpr int kSelectThreadsWide = K / 2 < 1024 ? K / 2 : 1024;
 
 // The candidates of rows with up to kStaged of them are copied to shared
 // memory once; larger sets (overflowing rows that still certify) are read

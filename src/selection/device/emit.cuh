@@ -65,7 +65,21 @@ class Emitter {
     const auto keys = [&](auto&& fn) {
       items([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
     };
-    const RadixResult kth = block_radix_select(keys, k, radix_, lo, hi);
+    const RadixResult kth = block_radix_select<true>(keys, k, radix_, lo, hi);
+    if (kth.whole_bin) {
+      // The top k are the keys >= the bin's bound, no tie to cut; the k-th
+      // largest is the least of them (for the caller's trace).
+      std::uint32_t least = 0xFFFFFFFFu;
+      emit_if(items, [&](std::uint32_t key, std::int32_t) {
+        const bool take = key >= kth.kth_key;
+        if (take) least = min(least, key);
+        return take;
+      });
+      least = __reduce_min_sync(kFullWarp, least);
+      if (lane_id() == 0) atomicMin(&radix_.least, least);
+      __syncthreads();
+      return radix_.least;
+    }
     emit_if(items, [&](std::uint32_t key, std::int32_t) { return key > kth.kth_key; });
     __syncthreads();
     emit_ties(items, kth.kth_key, kth.take_equal);

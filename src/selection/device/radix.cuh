@@ -19,6 +19,11 @@ inline constexpr int kBinsPerLane = kRadixBins / kWarpSize;
 struct RadixResult {
   std::uint32_t kth_key;     // the k-th largest key of the set
   std::uint32_t take_equal;  // of the keys == kth_key, how many belong to the top k
+  // Only from block_radix_select<true>: the sweep stopped at a digit bin that
+  // the top k take whole. Then kth_key is the bin's least possible key (the
+  // k-th largest is somewhere in the bin): the top k are exactly the keys
+  // >= kth_key, and take_equal is the bin's count.
+  bool whole_bin = false;
 };
 
 // Shared memory of one block_radix_select call (reusable by the next call).
@@ -26,6 +31,8 @@ struct RadixShared {
   std::uint32_t histogram[kRadixBins];
   std::uint32_t prefix;  // digits of the k-th key fixed so far (broadcast)
   std::uint32_t rank;    // its rank among the keys sharing `prefix` (broadcast)
+  std::uint32_t whole;   // 1: the top k take the chosen bin whole (broadcast)
+  std::uint32_t least;   // the least key emitted (Emitter, after a whole-bin stop)
 };
 
 __device__ __forceinline__ unsigned lane_id() { return threadIdx.x % kWarpSize; }
@@ -73,13 +80,14 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
   if (exclusive < rank && rank <= inclusive) {
     std::uint32_t r = rank - exclusive;
     int bin = top;
-    bool found = false;
+    bool found = false, whole = false;
 #pragma unroll
     for (int i = 0; i < kBinsPerLane; ++i) {
       if (!found) {
         if (r <= counts[i]) {
           found = true;
           bin = top - i;
+          whole = r == counts[i];
         } else {
           r -= counts[i];
         }
@@ -87,6 +95,7 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
     }
     sh.prefix = prefix | (static_cast<std::uint32_t>(bin) << shift);
     sh.rank = r;
+    sh.whole = whole ? 1u : 0u;
   }
 }
 
@@ -112,7 +121,9 @@ __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, boo
 // Begins by writing sh.histogram, so the caller must not read `sh` after its
 // own last barrier; ends with a barrier, after which the visited set may be
 // overwritten.
-template <class ForEachKey>
+// kStopAtWholeBin: stop as soon as the chosen bin is taken whole (usually a
+// digit or two early: RadixResult::whole_bin); sh.least is then ~0.
+template <bool kStopAtWholeBin = false, class ForEachKey>
 __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::uint32_t k, RadixShared& sh,
                                           std::uint32_t lo = 0, std::uint32_t hi = 0xFFFFFFFFu) {
   const std::uint32_t diff = lo ^ hi;
@@ -122,6 +133,7 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
   std::uint32_t prefix = hi & fixed, rank = k;
   for (int shift = start; shift >= 0; shift -= kRadixBits) {
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.histogram[b] = 0;
+    if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;
     __syncthreads();
     for_each_key([&](std::uint32_t key, bool present) {
       warp_histogram_add(sh.histogram, present && (key & fixed) == prefix, (key >> shift) & kDigitMask);
@@ -131,6 +143,7 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
     __syncthreads();
     prefix = sh.prefix;
     rank = sh.rank;
+    if (kStopAtWholeBin && sh.whole != 0 && shift > 0) return {prefix, rank, true};  // the same for every thread
     fixed |= kDigitMask << shift;
   }
   return {prefix, rank};
