@@ -561,16 +561,21 @@ int run_bench(const Args& args) {
   } else {
     throw std::invalid_argument("--grid: expected small or h200, got '" + grid + "'");
   }
+  // The op, distributions and layout are checked before the ceilings are
+  // measured (seconds on a GPU).
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  const std::string op = args.get("op", "indexer");
+  if (op != "indexer" && op != "scores" && op != "topk") {
+    throw std::invalid_argument("--op: expected indexer, scores or topk, got '" + op + "'");
+  }
+  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
+  const Layout layout = layouts.front();
   GpuCeilings ceilings;
   if (backend == Backend::kCuda) {
     std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
     ceilings = measure_gpu_ceilings();
   }
-  const auto dists = parse_distributions(args.get("dist", "model-like"));
-  const std::string op = args.get("op", "indexer");
-  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
-  if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
-  const Layout layout = layouts.front();
   std::vector<Row> rows;
   int index = 0;
   const int total = static_cast<int>(shapes.size() * dists.size());
