@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of two trees in one device call (the method the
+# perf log's ratios need): A = ab-base/ (scripts/ab-prepare.sh), B = this
+# tree. Builds dsa-topk for both at once, then runs
+#   dsa-topk bench <your options> --json ...
+# alternating A, B for ROUNDS rounds (default 2), and writes $OUT/ab.md:
+# each row's time on every round, the medians and B / A. For the indexer op
+# the math-only control is compared too. $OUT also gets ab-log.txt (every
+# bench's output) and, if a build fails, its log: few files, as the device
+# tool returns at most 8. Options are dsa-topk bench's
+# (default backend cuda); e.g.
+#   ROUNDS=3 bash scripts/ab-bench.sh --op indexer --T 4096 --N 8192 --dist model-like,ties --reps 10 --no-verify
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/ab-out}"
+mkdir -p "$OUT"
+RUNS="$(mktemp -d)"
+ROUNDS="${ROUNDS:-2}"
+export PATH="/usr/local/cuda/bin:$PATH"
+if [ ! -d ab-base ]; then
+  echo "error: no ab-base/: run scripts/ab-prepare.sh REV on the sending machine and carry ab-base" >&2
+  exit 2
+fi
+if [ ! -d .deps/googletest ] && [ ! -d ab-base/.deps ]; then
+  echo "error: .deps missing: run scripts/prepare-device.sh here and carry .deps" >&2
+  exit 2
+fi
+[ -e ab-base/.deps ] || ln -s ../.deps ab-base/.deps
+args=("$@")
+case " $* " in *" --backend "*) ;; *) args=(--backend cuda "${args[@]}") ;; esac
+
+jobs="$(nproc)"
+build() {  # build DIR JOBS LOG
+  (cd "$1" && cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release >"$3" 2>&1 &&
+    cmake --build build-ab -j "$2" --target dsa-topk >>"$3" 2>&1)
+}
+echo "building A ($(cat ab-base/.ab-rev 2>/dev/null || echo '?')) and B (this tree) ..."
+build ab-base $(((jobs + 1) / 2)) "$RUNS/build-a.log" &
+pid_a=$!
+build . $(((jobs + 1) / 2)) "$RUNS/build-b.log"
+rc_b=$?
+wait "$pid_a"
+rc_a=$?
+if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
+  cat "$RUNS/build-a.log" "$RUNS/build-b.log" >"$OUT/ab-build.log"
+  echo "error: build failed (A: $rc_a, B: $rc_b); see $OUT/ab-build.log" >&2
+  grep -E 'error' "$OUT/ab-build.log" | head -20 >&2
+  exit 1
+fi
+
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for side in A B; do
+    bin=build-ab/dsa-topk
+    [ "$side" = A ] && bin=ab-base/build-ab/dsa-topk
+    echo "round $round/$ROUNDS, $side: dsa-topk bench ${args[*]}" | tee -a "$OUT/ab-log.txt"
+    if ! "$bin" bench "${args[@]}" --json "$RUNS/$side-$round.json" >>"$OUT/ab-log.txt" 2>&1; then
+      echo "error: bench failed on $side, round $round:" >&2
+      tail -5 "$OUT/ab-log.txt" >&2
+      exit 1
+    fi
+  done
+done
+
+python3 - "$RUNS" "$OUT" "$ROUNDS" "$(cat ab-base/.ab-rev 2>/dev/null || echo '?')" "${args[*]}" <<'PY'
+import json, statistics, sys
+runs_dir, out, rounds, base_rev, cmd = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+runs = {s: [json.load(open(f"{runs_dir}/{s}-{r}.json")) for r in range(1, rounds + 1)] for s in "AB"}
+key = lambda row: (row["op"], row["dist"], row["layout"], row["T"], row["N"], row["K"], row["heads"])
+def times(side, field):
+    per_row = {}
+    for run in runs[side]:
+        for row in run["rows"]:
+            if row.get(field, 0) > 0:
+                per_row.setdefault(key(row), []).append(row[field])
+    return per_row
+lines = [f"# A/B: A = ab-base ({base_rev}), B = this tree", "",
+         f"`dsa-topk bench {cmd}`, {rounds} rounds alternating A, B; ms per round, medians, B / A (< 1: B faster).", ""]
+for run in runs["A"][:1] + runs["B"][:1]:
+    c = run.get("ceilings", {})
+    if c.get("measured"):
+        lines.append(f"- ceilings in one run: FP8 GEMM {c['fp8_tflops']:.0f} TFLOP/s, copy {c['copy_tb_s']:.2f} TB/s")
+lines += ["", "| op | dist | layout | T | N | K | H | field | A ms | B ms | B / A |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+for field in ("ms", "math_only_ms"):
+    a, b = times("A", field), times("B", field)
+    for k in a:
+        if k not in b:
+            continue
+        ma, mb = statistics.median(a[k]), statistics.median(b[k])
+        fa = " / ".join(f"{x:.3f}" for x in a[k])
+        fb = " / ".join(f"{x:.3f}" for x in b[k])
+        lines.append(f"| {' | '.join(str(x) for x in k)} | {field} | {fa} | {fb} | {mb / ma:.3f} |")
+open(f"{out}/ab.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
