@@ -62,6 +62,17 @@ std::vector<Layout> parse_layouts(const std::string& name) {
   return {l};
 }
 
+// --op (default indexer), one of `allowed` (the command's ops).
+std::string parse_op(const Args& args, const std::vector<std::string>& allowed) {
+  const std::string op = args.get("op", "indexer");
+  if (std::find(allowed.begin(), allowed.end(), op) != allowed.end()) return op;
+  std::string expected;
+  for (std::size_t i = 0; i < allowed.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+  }
+  throw std::invalid_argument("--op: expected " + expected + ", got '" + op + "'");
+}
+
 SelectOptions parse_options(const Args& args) {
   SelectOptions o;
   o.k = static_cast<int>(args.get_int("K", 2048));
@@ -492,8 +503,7 @@ void Args::expect_only(const std::vector<std::string>& known) const {
 int run_check(const Args& args) {
   args.expect_only(kCommonOptions);
   const Backend backend = parse_backend(args.get("backend", "cpu"));
-  const std::string op = args.get("op", "indexer");
-  if (op != "indexer" && op != "topk") throw std::invalid_argument("--op: expected indexer or topk, got '" + op + "'");
+  const std::string op = parse_op(args, {"indexer", "topk"});
   const SelectOptions options = parse_options(args);
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const auto dists = parse_distributions(args.get("dist", "all"));
@@ -564,10 +574,7 @@ int run_bench(const Args& args) {
   // The op, distributions and layout are checked before the ceilings are
   // measured (seconds on a GPU).
   const auto dists = parse_distributions(args.get("dist", "model-like"));
-  const std::string op = args.get("op", "indexer");
-  if (op != "indexer" && op != "scores" && op != "topk") {
-    throw std::invalid_argument("--op: expected indexer, scores or topk, got '" + op + "'");
-  }
+  const std::string op = parse_op(args, {"indexer", "scores", "topk"});
   const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
   if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
   const Layout layout = layouts.front();
