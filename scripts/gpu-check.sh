@@ -23,17 +23,8 @@ SUMMARY="$OUT/summary.md"
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS="$(nproc)"
 
-step() { echo "== $*" | tee -a "$LOG"; }
-# run_logged NAME CMD...: runs CMD, appends its output to the log, records rc.
-declare -A RC
-run_logged() {
-  local name="$1"; shift
-  step "$name: $*"
-  local start=$SECONDS
-  "$@" >>"$LOG" 2>&1
-  RC[$name]=$?
-  echo "   -> exit ${RC[$name]} in $((SECONDS - start)) s" | tee -a "$LOG"
-}
+# shellcheck source=scripts/log-steps.sh
+source scripts/log-steps.sh
 
 {
   echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -23,18 +23,8 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="$(command -v "${PYTHON:-python3}")"
 JOBS="$(nproc)"
 
-step() { echo "== $*" | tee -a "$LOG"; }
-declare -A RC
-STEPS=()
-run_logged() {
-  local name="$1"; shift
-  STEPS+=("$name")
-  step "$name: $*"
-  local start=$SECONDS
-  "$@" >>"$LOG" 2>&1
-  RC[$name]=$?
-  echo "   -> exit ${RC[$name]} in $((SECONDS - start)) s" | tee -a "$LOG"
-}
+# shellcheck source=scripts/log-steps.sh
+source scripts/log-steps.sh
 
 {
   echo "# PyTorch binding check $(date -u +%Y-%m-%dT%H:%MZ)"
