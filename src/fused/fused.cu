@@ -55,7 +55,7 @@ struct Layout {
   std::int64_t repair_rows = 0;   // rows per repair batch
   std::int64_t repair_stride = 0; // floats per rescored row
   std::size_t sample_keys = 0, sample_scale = 0, sample_ks = 0, sample_ke = 0, sample_scores = 0, tau = 0,
-              count = 0, flags = 0, candidates = 0, repair = 0, checksum = 0, total = 0;
+              count = 0, unstaged = 0, flags = 0, candidates = 0, repair = 0, checksum = 0, total = 0;
 };
 
 Layout layout(const IndexerTopkParams& p) {
@@ -81,6 +81,7 @@ Layout layout(const IndexerTopkParams& p) {
   l.sample_scores = take(T * S * sizeof(float));
   l.tau = take(T * sizeof(std::uint32_t));
   l.count = take(T * sizeof(std::uint32_t));
+  l.unstaged = take(T * sizeof(std::uint32_t));
   l.flags = take(T * sizeof(std::uint32_t));
   l.candidates = take(T * static_cast<std::size_t>(l.capacity) * sizeof(std::uint64_t));
   l.repair = take(static_cast<std::size_t>(l.repair_rows * l.repair_stride) * sizeof(float));
@@ -99,6 +100,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
   const Layout l = layout(p);
   auto* tau = piece<std::uint32_t>(workspace, l.tau);
   auto* count = piece<std::uint32_t>(workspace, l.count);
+  auto* unstaged = piece<std::uint32_t>(workspace, l.unstaged);
   auto* flags = piece<std::uint32_t>(workspace, l.flags);
   auto* candidates = piece<std::uint64_t>(workspace, l.candidates);
   const int kQueries = scoring::kTileCols / p.num_heads;
@@ -139,7 +141,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     const ThresholdArgs args{p.ks,          p.ke,          sample_ks,  sample_ke,
                              sample_scores, l.plan.count,  p.num_queries, p.num_keys,
                              K,             hooks.force_threshold, hooks.forced_threshold_key, tau,
-                             count,         hooks.trace};
+                             count,         unstaged,      hooks.trace};
     const int smem = static_cast<int>(std::max<std::int64_t>(l.plan.count, 1) * sizeof(std::uint32_t));
     cudaError_t err = cudaFuncSetAttribute(threshold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) {
@@ -153,11 +155,15 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
   {
     Status st;
     const auto capacity = static_cast<std::uint32_t>(l.capacity);
+    // Ties a flooded row stages: K plus a quarter for lanes that see fewer
+    // ties than their share; an all-tie row's entries stay well below the
+    // capacity (4 K) unless about 2.7 K scores are above tau as well.
+    const auto tie_target = static_cast<std::uint32_t>(K + K / 4);
     if (kQueries == 4) {
-      st = scoring::launch_scoring<64>(p, nullptr, CandidateSink<4>{tau, count, candidates, capacity, p.num_queries},
+      st = scoring::launch_scoring<64>(p, nullptr, CandidateSink<4>{tau, count, candidates, capacity, unstaged, tie_target, p.num_queries},
                                        stream);
     } else {
-      st = scoring::launch_scoring<32>(p, nullptr, CandidateSink<8>{tau, count, candidates, capacity, p.num_queries},
+      st = scoring::launch_scoring<32>(p, nullptr, CandidateSink<8>{tau, count, candidates, capacity, unstaged, tie_target, p.num_queries},
                                        stream);
     }
     if (!st.ok()) return st;
@@ -171,6 +177,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                           count,
                           candidates,
                           static_cast<std::uint32_t>(l.capacity),
+                          unstaged,
                           p.indices,
                           p.values,
                           p.options.index_base == IndexBase::kRelative,

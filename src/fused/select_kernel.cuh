@@ -57,9 +57,10 @@ struct SelectArgs {
   const std::int32_t* ks;
   const std::int32_t* ke;
   std::int64_t num_keys;
-  const std::uint32_t* count;         // [T] scores >= tau
+  const std::uint32_t* count;         // [T] entries staged (scores > tau, ties within budget)
   const std::uint64_t* candidates;    // [T, capacity] order keys
   std::uint32_t capacity;
+  const std::uint32_t* unstaged;      // [T] ties with tau left out
   std::int32_t* indices;              // [T, K]
   float* values;                      // [T, K] or null
   bool relative_indices;
@@ -78,15 +79,14 @@ __global__ void __launch_bounds__(Threads) select_kernel(const SelectArgs a) {
   const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
   const std::uint32_t c = a.count[t];
-  // The candidates hold every score >= tau (nothing dropped: c <= capacity);
-  // they hold the top K when there are at least K of them, or when every key
-  // of the row passed.
-  const bool certified = c <= a.capacity && (c >= K || c == len);
+  const std::uint32_t unstaged = a.unstaged[t];
+  const bool certified = fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
   if (threadIdx.x == 0) {
     a.flags[t] = certified ? 0u : 1u;
     if (a.trace != nullptr) {
       a.trace[t].path = certified ? FusedPath::kCertified : FusedPath::kRepaired;
-      a.trace[t].count = c;
+      a.trace[t].count = c + unstaged;
+      a.trace[t].unstaged = unstaged;
     }
   }
   if (!certified) return;  // the same for every thread

@@ -33,15 +33,28 @@ inline constexpr int kStagedEntries = 11264;  // 88 KiB of staged candidates per
 // counts by shuffles, lanes 0..3 reserve the four queries' slots in their
 // rows' areas with one global atomic each (one round trip), and the warp
 // copies each query's entries coalesced, in lane order.
+//
+// Ties with tau are staged only up to a budget per lane and unit, so a row
+// flooded by one value (all-equal rows, dead ReLU's zeros) does not overflow
+// its area: the row's 64 lanes of a unit may stage about
+// tie_target * (the unit's share of the row) ties in all; the ties past a
+// lane's budget are only counted (`unstaged`). Every score above tau is
+// staged. The select stage certifies such a row for any-index ties when it
+// holds at least K entries (all above tau, and enough ties); smallest-index
+// ties need every tie, so those rows are repaired. Continuous scores tie
+// with tau about once (tau is a sampled score), so the budget never binds
+// for them and the filter is the plain ">= tau" one.
 template <int kQueries>
 struct CandidateSink {
   static constexpr int kR = kQueries / 4;  // queries per lane
   static constexpr int kLaneSlots = kStagedEntries / (kMathThreads * kR);
   static_assert(kLaneSlots > 2);
   const std::uint32_t* tau;      // [T] threshold keys
-  std::uint32_t* count;          // [T] scores >= tau (zeroed by the threshold stage)
+  std::uint32_t* count;          // [T] scores staged (zeroed by the threshold stage)
   std::uint64_t* candidates;     // [T, capacity] order keys
   std::uint32_t capacity;        // entries per row
+  std::uint32_t* unstaged;       // [T] ties with tau past the lanes' budgets (zeroed likewise)
+  std::uint32_t tie_target;      // ties a whole row may stage (over all its units)
   std::int64_t num_queries;
 
   struct Shared {
@@ -55,12 +68,13 @@ struct CandidateSink {
     bool all[R];           // tau's key <= -inf's: every score passes, NaN included
     std::int32_t ks[R];
     std::uint32_t staged[R];  // entries staged by this lane for its query r
+    std::int32_t budget[R];   // ties the lane may still stage for query r (< 0: -unstaged)
   };
 
   __device__ void init(Shared&) const {}
 
   template <int R>
-  __device__ Lane<R> begin(std::int64_t t0, int lane, const scoring::RowRange (&rows)[R]) const {
+  __device__ Lane<R> begin(std::int64_t t0, int lane, const scoring::RowRange (&rows)[R], int tiles) const {
     static_assert(R == kR);
     Lane<R> st;
 #pragma unroll
@@ -77,6 +91,11 @@ struct CandidateSink {
       st.tau[r] = key_score(canonical);
       st.ks[r] = rows[r].begin;
       st.staged[r] = 0;
+      // The unit covers at most tiles * 64 of the row's len keys, seen by 64
+      // lanes (2 keys per tile each): this lane's share of tie_target.
+      const std::int64_t len = rows[r].end - rows[r].begin;
+      const std::int64_t covered = min(len, static_cast<std::int64_t>(tiles) * scoring::kTileKeys);
+      st.budget[r] = len > 0 ? static_cast<std::int32_t>((tie_target * covered + 64 * len - 1) / (64 * len)) : 0;
     }
     return st;
   }
@@ -140,10 +159,13 @@ struct CandidateSink {
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (valid[r][half] && (st.all[r] || score[r][half] >= st.tau[r])) {
-          sh.staged[warp][r][st.staged[r]][lane] = entry(score[r][half], key[half], st.ks[r]);
+        const float s = score[r][half];
+        const bool tie = valid[r][half] && !st.all[r] && s == st.tau[r];
+        if (valid[r][half] && (st.all[r] || s > st.tau[r] || (tie && st.budget[r] > 0))) {
+          sh.staged[warp][r][st.staged[r]][lane] = entry(s, key[half], st.ks[r]);
           ++st.staged[r];
         }
+        st.budget[r] -= tie ? 1 : 0;
       }
       if (__any_sync(0xFFFFFFFFu, st.staged[r] > kLaneSlots - 2)) flush(st, sh, t0, lane, r);
     }
@@ -152,7 +174,16 @@ struct CandidateSink {
   template <int R>
   __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
 #pragma unroll
-    for (int r = 0; r < R; ++r) flush(st, sh, t0, lane, r);
+    for (int r = 0; r < R; ++r) {
+      flush(st, sh, t0, lane, r);
+      // Ties past the budgets: summed over the 8 lanes of each query.
+      std::uint32_t extra = st.budget[r] < 0 ? static_cast<std::uint32_t>(-st.budget[r]) : 0u;
+      if (__any_sync(0xFFFFFFFFu, extra != 0)) {
+#pragma unroll
+        for (int d = 4; d < 32; d *= 2) extra += __shfl_xor_sync(0xFFFFFFFFu, extra, d);
+        if (lane < 4 && extra != 0) atomicAdd(unstaged + t0 + lane + 4 * r, extra);
+      }
+    }
   }
 };
 
@@ -165,7 +196,7 @@ struct ChecksumSink {
   };
   __device__ void init(Shared&) const {}
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const scoring::RowRange (&)[R]) const {
+  __device__ Lane<R> begin(std::int64_t, int, const scoring::RowRange (&)[R], int) const {
     return {0u};
   }
   template <int R>

@@ -72,8 +72,9 @@ struct ThresholdArgs {
   bool force_threshold;
   std::uint32_t forced_threshold_key;
   std::uint32_t* tau;    // [T] out
-  std::uint32_t* count;  // [T] zeroed for the filter
-  FusedRowTrace* trace;  // [T] or null
+  std::uint32_t* count;     // [T] zeroed for the filter
+  std::uint32_t* unstaged;  // [T] zeroed for the filter
+  FusedRowTrace* trace;     // [T] or null
 };
 
 // One CTA per row: tau = the sample of rank j = ceil(e + guard sqrt(e)) + 1,
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const Thre
   if (threadIdx.x == 0) {
     a.tau[t] = tau;
     a.count[t] = 0;
+    a.unstaged[t] = 0;
     if (a.trace != nullptr) {
       a.trace[t].threshold_key = tau;
       a.trace[t].samples = static_cast<std::uint32_t>(m);

@@ -32,9 +32,11 @@ struct ScoresArgs {
 // Where the scores of a tile go. A sink is a kernel argument with
 //   Shared                        shared memory it needs after SharedStorage;
 //   init(Shared&)                 thread 0, before the CTA's first barrier;
-//   begin<R>(t0, lane, rows)      per-lane state for the lane's R rows
+//   begin<R>(t0, lane, rows, tiles)
+//                                 per-lane state for the lane's R rows
 //                                 (queries lane % 4 + 4r, ranges `rows`) at
-//                                 the start of each unit (block t0);
+//                                 the start of each unit (block t0, `tiles`
+//                                 key tiles);
 //   put(state, Shared&, t0, key, score, valid)
 //                                 every math thread, converged, once per tile
 //                                 (while the warpgroup's next product runs):
@@ -52,7 +54,7 @@ struct StoreSink {
   struct Lane {};
   __device__ void init(Shared&) const {}
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R]) const {
+  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
     return {};
   }
   template <int R>
@@ -230,7 +232,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
       // Rows past T get an empty range: they store nothing.
       rows[r] = t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
     }
-    auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows);
+    auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows, unit.tiles);
     sm90::barrier_wait(&smem.q_full[slot], use & 1u);
 
     TileScores<kStoresPerLane> held;

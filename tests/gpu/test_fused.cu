@@ -479,6 +479,8 @@ TEST(FusedGpu, ForcedThresholdCountsAreExact) {
         const bool want_certified = count >= K && count <= capacity;
         (want_certified ? certified : repaired) += 1;
         EXPECT_EQ(r.trace[t].count, static_cast<std::uint32_t>(count)) << "row " << t;
+        // Model-like scores tie with tau about once: the tie budget never binds.
+        EXPECT_EQ(r.trace[t].unstaged, 0u) << "row " << t;
         EXPECT_EQ(static_cast<int>(r.trace[t].path),
                   static_cast<int>(want_certified ? FusedPath::kCertified : FusedPath::kRepaired))
             << "row " << t << " count " << count;
@@ -487,6 +489,63 @@ TEST(FusedGpu, ForcedThresholdCountsAreExact) {
     // The data must have exercised both outcomes, or the test proves little.
     EXPECT_GT(certified, 0) << "K=" << K;
     EXPECT_GT(repaired, 0) << "K=" << K;
+  }
+}
+
+// Rows flooded by one tied value: all-equal rows of the ties generator and
+// dead ReLU's zeros (~10 % of the keys score above zero here, fewer than K,
+// so tau is 0). Their sampled tau is the tied value, so far more than the
+// capacity's worth of scores reach it; the filter stages the ties only up to
+// its lanes' budgets and counts the rest. With any-index ties such rows are
+// certified (every score above tau plus enough ties are staged); with
+// smallest-index ties a row that left ties out is repaired. Either way the
+// answer is the unfused one, the trace's counts are exact, and its path is
+// the certificate's verdict on them.
+TEST(FusedGpu, FloodedRowsCertifyWithinTheTieBudget) {
+  const int K = 2048;
+  const std::int64_t capacity = fused::candidate_capacity(K);
+  for (Distribution dist : {Distribution::kTies, Distribution::kDeadRelu}) {
+    for (std::int64_t T : {32, 300}) {  // 300: rows split across more units per CTA run
+      const IndexerProblem prob = indexer_problem(dist, Layout::kCausalSuffix, T, 2 * capacity + 500, K, 64, 0, 77);
+      DeviceProblem dev(prob);
+      Unfused oracle(dev);
+      const std::vector<float>& scores = oracle.host_scores();
+      int flooded_certified = 0, flooded_left_out = 0;
+      for (const SelectOptions& o : {make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false), deterministic(K)}) {
+        SCOPED_TRACE(describe(prob, K) + (o.ties == TieBreak::kAny ? " any" : " deterministic"));
+        FusedHooks observe;
+        const FusedResult r = run_fused(dev, o, true, &observe);
+        expect_matches_unfused(oracle, o, r.out);
+        for (std::int64_t t = 0; t < prob.T; ++t) {
+          const std::int64_t len = row_len(prob, t);
+          if (len <= K) continue;
+          const std::uint32_t tau = r.trace[t].threshold_key;
+          std::int64_t count = 0, ties = 0;
+          for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) {
+            const std::uint32_t key = score_key(scores[t * oracle.stride() + s]);
+            count += key >= tau;
+            ties += key == tau;
+          }
+          EXPECT_EQ(r.trace[t].count, static_cast<std::uint32_t>(count)) << "row " << t;
+          const std::int64_t unstaged = r.trace[t].unstaged;
+          if (tau <= kNegInfKey) {
+            EXPECT_EQ(unstaged, 0) << "row " << t;  // every key passes: no budget
+          } else {
+            EXPECT_LE(unstaged, ties) << "row " << t;  // only ties are ever left out
+          }
+          const bool want = fused::fused_certified(count - unstaged, unstaged, len, K, capacity,
+                                                   o.ties == TieBreak::kSmallestIndex);
+          EXPECT_EQ(r.trace[t].path == FusedPath::kCertified, want)
+              << "row " << t << " count " << count << " ties " << ties << " unstaged " << unstaged;
+          if (count > capacity && o.ties == TieBreak::kAny) flooded_certified += want ? 1 : 0;
+          if (count > capacity) flooded_left_out += unstaged > 0 ? 1 : 0;
+        }
+      }
+      // The data must flood rows past the budget, and the any-ties run must
+      // certify them (or the budget proves nothing).
+      EXPECT_GT(flooded_left_out, 0) << tools::to_string(dist) << " T " << T;
+      EXPECT_GT(flooded_certified, 0) << tools::to_string(dist) << " T " << T;
+    }
   }
 }
 
