@@ -27,6 +27,22 @@ __global__ void keys_of(const float* in, std::uint32_t* out, float* back, int n)
   }
 }
 
+// Counts the 32-bit patterns where score_key_fast differs from score_key
+// (the first one found lands in first_bad).
+__global__ void compare_fast_keys(unsigned long long* mismatches, std::uint32_t* first_bad) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (std::uint64_t b = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; b < (1ull << 32);
+       b += stride) {
+    const float f = __uint_as_float(static_cast<std::uint32_t>(b));
+    if (score_key_fast(f) != score_key(f)) {
+      if (bad == 0) atomicCAS(first_bad, 0xFFFFFFFFu, static_cast<std::uint32_t>(b));
+      ++bad;
+    }
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+}
+
 template <typename T>
 struct DeviceArray {
   T* ptr = nullptr;
@@ -73,6 +89,21 @@ TEST(DevicePrimitives, KeyMapMatchesHost) {
     EXPECT_EQ(keys[i], score_key(in[i])) << i;
     EXPECT_EQ(score_key(back[i]), keys[i]) << i;
   }
+}
+
+// The hot loops' key map against the definition, on every float bit pattern.
+TEST(DevicePrimitives, FastKeyMapEqualsKeyMapOnAllInputs) {
+  DeviceArray<unsigned long long> mismatches(1);
+  DeviceArray<std::uint32_t> first_bad(1);
+  CUDA_OK(cudaMemset(mismatches.ptr, 0, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemset(first_bad.ptr, 0xFF, sizeof(std::uint32_t)));
+  compare_fast_keys<<<1024, 256>>>(mismatches.ptr, first_bad.ptr);
+  CUDA_OK(cudaGetLastError());
+  unsigned long long count = 0;
+  std::uint32_t first = 0;
+  CUDA_OK(cudaMemcpy(&count, mismatches.ptr, sizeof(count), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&first, first_bad.ptr, sizeof(first), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(count, 0ull) << "first differing bit pattern 0x" << std::hex << first;
 }
 
 // Device memory handed to the CPU backend is refused, and so are device

@@ -29,12 +29,19 @@ namespace {
 
 using selection::topk::RowPath;
 using selection::topk::RowTrace;
+using selection::topk::TopkEngine;
 using selection::topk::TopkHooks;
 using tools::Distribution;
 using tools::Layout;
 using tools::ScoresProblem;
 
 constexpr int kAllK[] = {512, 1024, 2048};
+// Rows of at most kResidentMaxLen keys can run on either kernel: coverage
+// tests on such rows run both.
+constexpr TopkEngine kBothEngines[] = {TopkEngine::kSampled, TopkEngine::kResident};
+std::string engine_name(TopkEngine e) {
+  return e == TopkEngine::kSampled ? "sampled" : e == TopkEngine::kResident ? "resident" : "auto";
+}
 using testing::DeviceArray;
 using testing::make_options;
 
@@ -44,13 +51,15 @@ struct GpuResult {
 };
 
 // Runs the problem on the GPU: through the public dsa::topk when `hooks` is
-// null, else through the launcher with the hooks and a trace.
+// null and the engine is kAuto, else through the launcher with the hooks
+// (if any), the engine (unless kAuto) and a trace.
 GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool want_values,
-                  const TopkHooks* hooks = nullptr) {
+                  const TopkHooks* hooks = nullptr, TopkEngine engine = TopkEngine::kAuto) {
+  const bool via_launcher = hooks != nullptr || engine != TopkEngine::kAuto;
   const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
   DeviceArray<float> scores(prob.scores.size()), values(want_values ? out_elems : 0);
   DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(out_elems);
-  DeviceArray<RowTrace> trace(hooks ? prob.T : 0);
+  DeviceArray<RowTrace> trace(via_launcher ? prob.T : 0);
   scores.upload(prob.scores);
   ks.upload(prob.ks);
   ke.upload(prob.ke);
@@ -61,13 +70,14 @@ GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool 
   p.ks = ks.get();
   p.ke = ke.get();
   Status st;
-  if (hooks == nullptr) {
+  if (!via_launcher) {
     ExecutionContext ctx;
     ctx.backend = Backend::kCuda;
     st = topk(p, ctx);
   } else {
     trace.poison();
-    TopkHooks h = *hooks;
+    TopkHooks h = hooks != nullptr ? *hooks : TopkHooks{};
+    if (engine != TopkEngine::kAuto) h.engine = engine;
     h.trace = trace.get();
     st = selection::topk::launch_topk(p, nullptr, h);
   }
@@ -78,7 +88,7 @@ GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool 
   r.out.K = options.k;
   r.out.indices = indices.download();
   if (want_values) r.out.values = values.download();
-  if (hooks) r.trace = trace.download();
+  if (via_launcher) r.trace = trace.download();
   return r;
 }
 
@@ -136,30 +146,35 @@ TEST(TopkGpu, AllDistributionsAllKBoundaryLengths) {
       const ScoresProblem prob = tools::make_scores_problem(spec);
       for (const SelectOptions& o : {make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false),
                                      make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, true)}) {
-        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) +
-                     (o.sorted ? " deterministic/relative/sorted" : " any/absolute"));
-        EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+        for (TopkEngine engine : kBothEngines) {
+          SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) +
+                       (o.sorted ? " deterministic/relative/sorted " : " any/absolute ") + engine_name(engine));
+          EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
+        }
       }
     }
   }
 }
 
+// N = 20011 runs the sampled kernel, N = 16384 (kResidentMaxLen) the
+// resident one (the operator's own choice).
 TEST(TopkGpu, EveryLayout) {
   for (Layout layout : {Layout::kCausalSuffix, Layout::kVarlenBatch, Layout::kContextParallel, Layout::kFull}) {
     for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kDeadRelu}) {
-      for (int K : {512, 2048}) {
+      for (auto [K, N] : {std::pair{512, 20011}, std::pair{2048, 20011}, std::pair{2048, 16384}}) {
         tools::ProblemSpec spec;
         spec.dist = dist;
         spec.layout = layout;
         spec.T = 16;
-        spec.N = 20011;
+        spec.N = N;
         spec.K = K;
         spec.seed = 5;
         const ScoresProblem prob = tools::make_scores_problem(spec);
         for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
           const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
           SCOPED_TRACE(std::string(tools::to_string(layout)) + " " + std::string(tools::to_string(dist)) +
-                       " K=" + std::to_string(K) + (ties == TieBreak::kAny ? " any" : " deterministic"));
+                       " K=" + std::to_string(K) + " N=" + std::to_string(N) +
+                       (ties == TieBreak::kAny ? " any" : " deterministic"));
           EXPECT_EXACT(prob, o, run_gpu(prob, o, false).out);
         }
       }
@@ -180,10 +195,13 @@ TEST(TopkGpu, OptionMatrix) {
     for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
       for (bool sorted : {false, true}) {
         for (bool values : {false, true}) {
-          const SelectOptions o = make_options(1024, ties, base, sorted);
-          SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
-                                            << static_cast<int>(base) << " sorted " << sorted << " values " << values);
-          EXPECT_EXACT(prob, o, run_gpu(prob, o, values).out);
+          for (TopkEngine engine : kBothEngines) {
+            const SelectOptions o = make_options(1024, ties, base, sorted);
+            SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
+                                              << static_cast<int>(base) << " sorted " << sorted << " values "
+                                              << values << " " << engine_name(engine));
+            EXPECT_EXACT(prob, o, run_gpu(prob, o, values, nullptr, engine).out);
+          }
         }
       }
     }
@@ -207,8 +225,11 @@ TEST(TopkGpu, UnalignedHeadsAndTails) {
     for (std::int32_t s = 0; s < len; ++s) prob.scores[t * prob.stride + ks + s] = scrambled(t, s, len);
   }
   for (bool sorted : {false, true}) {
-    const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, sorted);
-    EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+    for (TopkEngine engine : kBothEngines) {
+      const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, sorted);
+      SCOPED_TRACE(engine_name(engine));
+      EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
+    }
   }
 }
 
@@ -228,8 +249,11 @@ TEST(TopkGpu, NonFiniteAndSignedZeroScores) {
   });
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
-      EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+      for (TopkEngine engine : kBothEngines) {
+        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+        SCOPED_TRACE("K=" + std::to_string(K) + " " + engine_name(engine));
+        EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
+      }
     }
   }
 }
@@ -307,8 +331,8 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
   }
 }
 
-// The same forced tau = 0 on rows that fit the buffer (the short geometry's
-// 6144): every key is a candidate and the certificate holds.
+// The same forced tau = 0 on rows that fit the candidate buffer (8192):
+// every key is a candidate and the certificate holds.
 TEST(TopkGpu, ForcedAllPassFitsBuffer) {
   tools::ProblemSpec spec;
   spec.layout = Layout::kFull;
@@ -323,9 +347,10 @@ TEST(TopkGpu, ForcedAllPassFitsBuffer) {
   expect_paths(r, prob, 2048, RowPath::kCertified);
 }
 
-// All-equal rows, unforced: tau is the value, count(> tau) = 0 and
-// count(== tau) = len. kAny takes ties from the tie buffer; smallest-index
-// ties with len > K find them in the row (tie repair).
+// All-equal rows, unforced. Sampled kernel: tau is the value, count(> tau)
+// = 0 and count(== tau) = len; kAny takes ties from the tie buffer,
+// smallest-index ties with len > K find them in the row (tie repair).
+// Resident kernel: one pass (the key range is one key), every key a tie.
 TEST(TopkGpu, AllEqualRows) {
   const ScoresProblem prob = custom_problem(5, 7000, [](std::int64_t t, std::int64_t) {
     return t == 4 ? -0.0f : 1.5f * static_cast<float>(t + 1);
@@ -333,10 +358,17 @@ TEST(TopkGpu, AllEqualRows) {
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kRelative, true);
-      TopkHooks hooks;  // observe only
-      const GpuResult r = run_gpu(prob, o, true, &hooks);
+      const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kSampled);
       EXPECT_EXACT(prob, o, r.out);
       expect_paths(r, prob, K, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+      const GpuResult resident = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
+      EXPECT_EXACT(prob, o, resident.out);
+      expect_paths(resident, prob, K, RowPath::kResident);
+      for (const RowTrace& tr : resident.trace) {
+        EXPECT_EQ(tr.threshold_passes, 1u);
+        EXPECT_EQ(tr.count_gt, 0u);
+        EXPECT_EQ(tr.count_eq, 7000u);
+      }
     }
   }
 }
@@ -381,19 +413,20 @@ TEST(TopkGpu, ConcentratedTopValues) {
 
 // ------------------------------------------------------- threshold ---------
 
-// Both geometries keep the CTAs per SM their shared plan is sized for.
+// Every geometry keeps the CTAs per SM its shared plan is sized for; the
+// resident kernel refuses rows longer than it holds.
 TEST(TopkGpu, SharedPlanFitsOccupancy) {
+  namespace tk = selection::topk;
   for (int K : kAllK) {
-    EXPECT_GE(selection::topk::topk_resident_ctas_per_sm(K, selection::topk::kShortRowMaxLen),
-              selection::topk::ShortRows::kMinCtasPerSm)
+    EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampled), tk::LongRows::kMinCtasPerSm) << "K=" << K;
+    EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows8K::kMaxLen), tk::ResidentRows8K::kMinCtasPerSm) << "K=" << K;
+    EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows16K::kMaxLen), tk::ResidentRows16K::kMinCtasPerSm)
         << "K=" << K;
-    EXPECT_GE(selection::topk::topk_resident_ctas_per_sm(K, selection::topk::kShortRowMaxLen + 1),
-              selection::topk::LongRows::kMinCtasPerSm)
-        << "K=" << K;
+    EXPECT_EQ(tk::topk_ctas_per_sm(K, tk::kResidentMaxLen + 1, TopkEngine::kResident), -1) << "K=" << K;
   }
 }
 
-// Model-like rows of the short geometry: one histogram pass, or two when the
+// Model-like 8K rows on the sampled kernel: one histogram pass, or two when the
 // samples' key range spans both signs and the first bin is coarse; the
 // certificate holds.
 TEST(TopkGpu, ThresholdOnePassOnModelLikeRows) {
@@ -404,8 +437,7 @@ TEST(TopkGpu, ThresholdOnePassOnModelLikeRows) {
   spec.seed = 3;
   const ScoresProblem prob = tools::make_scores_problem(spec);
   const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kAbsolute, false);
-  TopkHooks hooks;
-  const GpuResult r = run_gpu(prob, o, false, &hooks);
+  const GpuResult r = run_gpu(prob, o, false, nullptr, TopkEngine::kSampled);
   EXPECT_EXACT(prob, o, r.out);
   expect_paths(r, prob, 2048, RowPath::kCertified);
   for (const RowTrace& tr : r.trace) {
@@ -449,16 +481,120 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
   }
 }
 
+// ------------------------------------------------------ resident kernel ---
+
+// The resident kernel's trace against the row itself: the K-th largest key,
+// the keys above it and its ties, in at most 3 passes; rows of the largest
+// length each geometry holds (num_cols = 8192 and 16384), starting at every
+// 16-byte phase.
+TEST(TopkGpu, ResidentTraceIsTheKthKey) {
+  for (std::int64_t N : {std::int64_t{8192}, std::int64_t{16384}}) {
+    for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kMixedSign,
+                              Distribution::kShifted}) {
+      tools::ProblemSpec spec;
+      spec.dist = dist;
+      spec.layout = Layout::kFull;
+      spec.T = 8;
+      spec.N = N;
+      spec.seed = 29;
+      ScoresProblem prob = tools::make_scores_problem(spec);
+      for (std::int64_t t = 0; t < prob.T; ++t) prob.ks[t] = static_cast<std::int32_t>(t % 4);  // every phase
+      for (int K : kAllK) {
+        const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, false);
+        const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, RowPath::kResident);
+        for (std::int64_t t = 0; t < prob.T; ++t) {
+          std::vector<std::uint32_t> keys;
+          for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
+          std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
+          const std::uint32_t kth = keys[K - 1];
+          const auto gt = static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; }));
+          const auto eq = static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth));
+          const RowTrace& tr = r.trace[t];
+          EXPECT_EQ(tr.kth_key, kth) << "row " << t;
+          EXPECT_EQ(tr.count_gt, gt) << "row " << t;
+          EXPECT_EQ(tr.count_eq, eq) << "row " << t;
+          EXPECT_GE(tr.threshold_passes, 1u) << "row " << t;
+          EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;  // a sampled floor that missed adds one
+        }
+      }
+    }
+  }
+}
+
+// Rows built so the strided samples of the first window's floor all sit
+// on the row's largest values: the floor lies above the K-th key, the
+// counts show it, and one more pass over the rest of the row finds it.
+// (K = 2048 keeps more than a quarter of an 8000-key row: no floor.)
+TEST(TopkGpu, ResidentSampledFloorMisses) {
+  const std::int64_t len = 8000;
+  const std::int64_t samples = selection::topk::ResidentRows8K::kThreads;
+  const ScoresProblem prob = custom_problem(2, len, [&](std::int64_t t, std::int64_t s) {
+    // The sample positions (2i + 1) len / (2 samples) hold 100000 + i, the
+    // rest distinct values below len: fewer than K keys reach the floor.
+    const std::int64_t i = s * samples / len;
+    const bool sampled = (2 * i + 1) * len / (2 * samples) == s;
+    return sampled ? 100000.0f + static_cast<float>(i) : scrambled(t, s, len);
+  });
+  for (int K : {512, 1024}) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+      const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
+      SCOPED_TRACE("K=" + std::to_string(K));
+      EXPECT_EXACT(prob, o, r.out);
+      expect_paths(r, prob, K, RowPath::kResident);
+      for (const RowTrace& tr : r.trace) {
+        EXPECT_GE(tr.threshold_passes, 2u);  // the missed window, then the rest
+        EXPECT_LE(tr.threshold_passes, 4u);
+        EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(K - 1));  // distinct scores
+      }
+    }
+  }
+}
+
+// Many ties at the K-th value: smallest-index ties take the smallest tied
+// positions (the scan in position order), kAny any of them; every K, sorted
+// or not.
+TEST(TopkGpu, ResidentTieCutByPosition) {
+  const std::int64_t len = 9000;
+  // 300 distinct large scores, 3000 copies of 5.0, the rest distinct below.
+  const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % len;
+    return r < 300 ? 100.0f + static_cast<float>(r) : r < 3300 ? 5.0f : -static_cast<float>(r);
+  });
+  for (int K : kAllK) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      for (bool sorted : {false, true}) {
+        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, sorted);
+        const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
+        SCOPED_TRACE("K=" + std::to_string(K) + (ties == TieBreak::kAny ? " any" : " deterministic") +
+                     (sorted ? " sorted" : ""));
+        EXPECT_EXACT(prob, o, r.out);
+        for (const RowTrace& tr : r.trace) {
+          EXPECT_EQ(tr.kth_key, score_key(5.0f));
+          EXPECT_EQ(tr.count_gt, 300u);
+          EXPECT_EQ(tr.count_eq, 3000u);
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------- determinism -------
 
 // Smallest-index ties: two runs are bit-identical, and a row's result does
 // not depend on the other rows of the batch.
-TEST(TopkGpu, DeterministicBitIdenticalAndRowIndependent) {
+// N = 30000 runs the sampled kernel, N = 8000 the resident one.
+class TopkGpuDeterministic : public ::testing::TestWithParam<std::int64_t> {};
+INSTANTIATE_TEST_SUITE_P(BothKernels, TopkGpuDeterministic, ::testing::Values(30000, 8000));
+TEST_P(TopkGpuDeterministic, BitIdenticalAndRowIndependent) {
   tools::ProblemSpec spec;
   spec.dist = Distribution::kTies;
   spec.layout = Layout::kVarlenBatch;
   spec.T = 24;
-  spec.N = 30000;
+  spec.N = GetParam();
   const ScoresProblem prob = tools::make_scores_problem(spec);
   const SelectOptions o = make_options(1024, TieBreak::kSmallestIndex, IndexBase::kAbsolute, false);
   const GpuResult a = run_gpu(prob, o, true), b = run_gpu(prob, o, true);

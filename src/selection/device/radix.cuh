@@ -109,6 +109,44 @@ __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, boo
   if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
 }
 
+// 2^kBinBits linear bins over the keys [lo, hi], bin 0 at the top: bin b
+// holds the keys k with (hi - k) >> shift == b, shift the least that fits
+// the span into the bins (0: one key per bin). The threshold of the sampled
+// top-k and the passes of the resident one narrow a window to one bin.
+template <int kBinBits>
+struct KeyWindow {
+  std::uint32_t lo, hi;
+  int shift;
+  __device__ KeyWindow(std::uint32_t lo_key, std::uint32_t hi_key) : lo(lo_key), hi(hi_key) {
+    const int span_bits = 32 - __clz(static_cast<int>(hi - lo));  // 0 when lo == hi
+    shift = max(0, span_bits - kBinBits);
+  }
+  __device__ bool holds(std::uint32_t key) const { return lo <= key && key <= hi; }
+  __device__ std::uint32_t bin(std::uint32_t key) const { return (hi - key) >> shift; }
+  __device__ std::uint32_t bin_top(std::uint32_t b) const { return hi - (b << shift); }
+  // The lowest key of bin b inside the window (the bottom bin may be cut by lo).
+  __device__ std::uint32_t bin_bottom(std::uint32_t b) const {
+    const std::int64_t edge = static_cast<std::int64_t>(hi) - (static_cast<std::int64_t>(b + 1) << shift) + 1;
+    return static_cast<std::uint32_t>(max(edge, static_cast<std::int64_t>(lo)));
+  }
+};
+
+// warp_histogram_add for histograms of any size whose bins are usually
+// distinct within a warp (linear bins over a row's key range): a plain
+// atomic per lane, merged with __match_any_sync only when a lane's bin
+// equals its neighbour's (tie-heavy rows), which would serialise.
+__device__ __forceinline__ void warp_histogram_add_sparse(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+  const std::uint32_t mine = counted ? bin : 0xFFFFFFFFu;
+  const std::uint32_t next = __shfl_down_sync(kFullWarp, mine, 1);
+  const bool run = counted && lane_id() < kWarpSize - 1 && mine == next;
+  if (__any_sync(kFullWarp, run)) {
+    const unsigned peers = __match_any_sync(kFullWarp, mine);
+    if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
+  } else if (counted) {
+    atomicAdd(&histogram[bin], 1u);
+  }
+}
+
 // The k-th largest key (1 <= k <= set size) of the set that
 // `for_each_key(fn)` visits: every thread of the block calls it, and it makes
 // every thread call fn(key, present) the same number of times (converged

@@ -13,32 +13,17 @@
 
 namespace dsa::selection::topk {
 
-// One CTA per row; what a CTA holds is set by the longest row the launch can
-// see (num_cols, known on the host without reading ks/ke). A geometry is a
-// type (kernel template arguments of class type do not survive nvcc's host
-// stubs): kThreads per CTA, kMinCtasPerSm for __launch_bounds__ (the shared
-// plan fits it), kCandidateCapacity entries of the key > tau buffer,
-// kMaxSamples of the threshold's sample buffer.
-//
-// Rows up to kShortRowMaxLen: 256 threads and 3 CTAs per SM, so three rows'
-// latency-bound steps (sampling, threshold, radix passes, barriers) overlap
-// each other's streaming pass. Longer rows stream better with 512 threads
+// The sampled kernel (topk_kernel.cuh) takes the rows longer than the
+// resident kernel holds (kResidentMaxLen, below), up to 1M, with one CTA per
+// row. A geometry is a type (kernel template arguments of class type do not
+// survive nvcc's host stubs): kThreads per CTA, kMinCtasPerSm for
+// __launch_bounds__ (the shared plan fits it), kCandidateCapacity entries
+// of the key > tau buffer, kMaxSamples of the threshold's sample buffer.
+// 512 threads and 2 CTAs per SM: long rows stream better with more threads
 // per row (docs/perf-log.md "GPU top-k v2": 64 x 128K took 0.085 ms with
-// 256 threads, 0.060 with 512; 256 threads did not win at 32K). 6144
-// candidates hold the 4-sigma count with room to spare up to 16K (K = 2048:
-// e = 256, rank 321, ~2.9K with the bin excess); at most 2048 samples are
-// drawn (16 * 16K / 512 = 512 < kMinSamples). K = 2048 needs ~73 KB of
-// shared memory: 3 fit in 228 KB.
-struct ShortRows {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinCtasPerSm = 3;
-  static constexpr int kCandidateCapacity = 6144;
-  static constexpr int kMaxSamples = 2048;
-};
-inline constexpr std::int64_t kShortRowMaxLen = 16384;
-// Longer rows (up to 1M): the v1 geometry, 512 threads and 2 CTAs per SM;
-// e = 16 at 1M needs 8192 candidates (4-sigma ~7.2K at K = 2048) and up to
-// 8192 samples.
+// 256 threads, 0.060 with 512); e = 16 at 1M needs 8192 candidates (4-sigma
+// ~7.2K at K = 2048) and up to 8192 samples. Its 256-thread geometry for
+// rows up to 16K was retired when the resident kernel took those rows.
 struct LongRows {
   static constexpr int kThreads = 512;
   static constexpr int kMinCtasPerSm = 2;
@@ -117,6 +102,71 @@ struct Config {
     std::uint32_t count_gt;   // keys > tau in the row (exact)
     std::uint32_t count_eq;   // keys == tau in the row (exact)
     std::uint32_t emitted;    // slots of out[] handed out (kAny ties may pass K)
+  };
+};
+
+// The resident kernel (resident_kernel.cuh) for rows up to kMaxLen: the
+// whole row sits in shared memory as keys (4 * kMaxLen bytes), so the
+// geometry is set by how many rows fit an SM: 8K rows at 256 threads and 4
+// CTAs per SM (~49 KB each at K = 2048), 16K rows at 512 threads and 2 CTAs
+// (~81 KB each). kLoadGroups 16-byte loads per thread are in flight at once:
+// one round reads a whole row of kMaxLen.
+// kBinBits: histogram bins per pass (2^kBinBits, 8 per thread either way:
+// each pass ends with every thread summing its own bins, so more bins cost
+// every pass; a 32-bit span takes at most 3 passes either way).
+struct ResidentRows8K {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinCtasPerSm = 4;
+  static constexpr int kMaxLen = 8192;
+  static constexpr int kLoadGroups = kMaxLen / (4 * kThreads);
+  static constexpr int kBinBits = 11;
+};
+struct ResidentRows16K {
+  static constexpr int kThreads = 512;
+  static constexpr int kMinCtasPerSm = 2;
+  static constexpr int kMaxLen = 16384;
+  static constexpr int kLoadGroups = kMaxLen / (4 * kThreads);
+  static constexpr int kBinBits = 12;
+};
+
+inline constexpr std::int64_t kResidentMaxLen = ResidentRows16K::kMaxLen;
+
+template <int K, class R>
+struct ResidentConfig {
+  static_assert(K % R::kThreads == 0, "the sorted write-out gives each thread K / threads slots");
+  // The histogram shares its storage with out[] (16 KB at K = 2048).
+  static constexpr int kBinBits = R::kBinBits;
+  static constexpr int kBins = 1 << kBinBits;
+  static_assert(kBins % R::kThreads == 0, "each thread owns whole bins");
+  static constexpr int kBinsPerThread = kBins / R::kThreads;
+  using Scan = cub::BlockScan<std::uint32_t, R::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+  using BlockSort = cub::BlockRadixSort<std::uint64_t, R::kThreads, K / R::kThreads>;
+
+  // The bin that holds the wanted rank (0 = the window's top bin).
+  struct BinPick {
+    std::uint32_t bin;
+    std::uint32_t above;  // keys of the window in the bins above it
+    std::uint32_t in;     // keys in it
+  };
+
+  struct SharedStorage {
+    union {
+      // Slot s holds the key of row position s - misalignment (< 4), so the
+      // row's 16-byte aligned body sits on 16-byte aligned slots; the first
+      // and last slot groups are padded with kPadKey.
+      alignas(16) std::uint32_t keys[R::kMaxLen + 8];
+      typename BlockSort::TempStorage sort;  // sorted write-out, after emission
+    } row;
+    union {
+      std::uint32_t histogram[kBins];  // step 2; zero between passes
+      std::uint64_t out[K];            // step 3: emitted order keys
+    } work;
+    typename Scan::TempStorage scan;
+    BinPick pick;  // broadcast of the pass's bin
+    std::uint32_t warp_min[R::kThreads / device::kWarpSize];  // per-warp key range of the row
+    std::uint32_t warp_max[R::kThreads / device::kWarpSize];
+    std::uint32_t emitted;    // slots of out[] handed out to keys above the K-th
+    std::uint32_t tie_slots;  // slots handed out to its ties (from count_gt; may pass K)
   };
 };
 

@@ -19,6 +19,16 @@ enum class RowPath : std::uint32_t {
                   //   smallest tied indices selected from the row
   kUnderflow,     // count(>= tau) < K: all of them, the rest selected from keys < tau
   kOverflow,      // count(> tau) > capacity: selected from the row's keys > tau
+  kResident,      // the resident kernel: the row in shared memory, histogram
+                  //   passes to the K-th key (threshold_key = kth_key, count_gt
+                  //   and count_eq around it, threshold_passes = passes)
+};
+
+// Which kernel runs the rows (TopkHooks::engine).
+enum class TopkEngine {
+  kAuto,      // the resident kernel for num_cols <= kResidentMaxLen, else sampled
+  kSampled,   // the sampled-threshold kernel (topk_kernel.cuh) at any length
+  kResident,  // the resident kernel; num_cols must be <= kResidentMaxLen
 };
 
 // What one row did, written by the kernel when TopkHooks::trace is set.
@@ -44,6 +54,9 @@ struct TopkHooks {
   // (nothing written). The fused operator's repair finishes only the rows it
   // flagged.
   const std::uint32_t* row_mask = nullptr;
+  // Tests pin the kernel (force_threshold implies kSampled: only it has a
+  // threshold to force).
+  TopkEngine engine = TopkEngine::kAuto;
 };
 
 // Runs dsa::topk on params (already validated; device pointers) on `stream`:
@@ -51,9 +64,10 @@ struct TopkHooks {
 // if the launch fails.
 Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHooks& hooks = {});
 
-// CTAs of the kernel launch_topk picks for (k, num_cols) that the device
-// keeps resident per SM, or -1 on a CUDA error (tests check the shared plan
-// fits the geometry's occupancy).
-int topk_resident_ctas_per_sm(int k, std::int64_t num_cols);
+// CTAs of the kernel launch_topk picks for (k, num_cols, engine) that the
+// device keeps resident per SM, or -1 on a CUDA error or an engine that
+// cannot take num_cols (tests check the shared plan fits the geometry's
+// occupancy).
+int topk_ctas_per_sm(int k, std::int64_t num_cols, TopkEngine engine = TopkEngine::kAuto);
 
 }  // namespace dsa::selection::topk

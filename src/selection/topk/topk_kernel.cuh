@@ -129,25 +129,7 @@ class RowSelect {
     return min(len, clamped);
   }
 
-  // kThresholdBins linear bins over the keys [lo, hi], bin 0 at the top; bin b
-  // holds the keys k with (hi - k) >> shift == b. shift is the smallest that
-  // fits the span into the bins (0: one key per bin).
-  struct KeyWindow {
-    std::uint32_t lo, hi;
-    int shift;
-    __device__ KeyWindow(std::uint32_t lo_key, std::uint32_t hi_key) : lo(lo_key), hi(hi_key) {
-      const int span_bits = 32 - __clz(static_cast<int>(hi - lo));
-      shift = max(0, span_bits - kThresholdBinBits);
-    }
-    __device__ bool holds(std::uint32_t key) const { return lo <= key && key <= hi; }
-    __device__ std::uint32_t bin(std::uint32_t key) const { return (hi - key) >> shift; }
-    __device__ std::uint32_t bin_top(std::uint32_t b) const { return hi - (b << shift); }
-    // The lowest key of bin b inside the window (the bottom bin may be cut by lo).
-    __device__ std::uint32_t bin_bottom(std::uint32_t b) const {
-      const std::int64_t edge = static_cast<std::int64_t>(hi) - (static_cast<std::int64_t>(b + 1) << shift) + 1;
-      return static_cast<std::uint32_t>(max(edge, static_cast<std::int64_t>(lo)));
-    }
-  };
+  using KeyWindow = device::KeyWindow<kThresholdBinBits>;
 
   // One histogram pass over the first s stored samples restricted to window
   // w: the bin holding the window's rank-th largest sample (1 <= rank <= the

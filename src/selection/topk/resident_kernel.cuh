@@ -1,0 +1,364 @@
+// The resident top-k kernel for short rows (docs/design.md, "GPU top-k",
+// "Resident rows"): one CTA holds its whole row in shared memory as order
+// keys and selects by histogram passes over it, with no candidate buffer
+// and no repair path (every answer is exact by construction):
+//   1. load the row once (16-byte loads, all in flight) as keys, with the
+//      row's least and greatest key;
+//   2. histogram passes over the keys of a window (2^11 or 2^12 linear
+//      bins), each narrowing the window to the bin of the K-th largest key,
+//      until a bin is one key wide (at most 3 passes over a 32-bit span):
+//      the K-th key, the keys above it and its ties are then known exactly.
+//      When the top K is a small share of the row, the first window starts
+//      at a floor sampled from the resident row (no memory traffic), so
+//      most keys take no atomic; a floor above the K-th key shows in the
+//      counts and costs one more pass;
+//   3. one emission pass: the keys above the K-th, then the ties it needs
+//      (the smallest positions for smallest-index ties).
+// Short rows are where the sampled kernel (topk_kernel.cuh) loses: its
+// samples from global memory are a third of the row at 8K, each one
+// reading its own sector.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/keys.h"
+#include "selection/device/candidates.cuh"
+#include "selection/device/emit.cuh"
+#include "selection/device/radix.cuh"
+#include "selection/topk/config.h"
+#include "selection/topk/topk_kernel.cuh"
+
+namespace dsa::selection::topk {
+
+// Key of an empty slot of the resident row (head and tail padding): below
+// every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
+inline constexpr std::uint32_t kPadKey = 0;
+
+template <int K, class R>
+class ResidentRow {
+ public:
+  using Cfg = ResidentConfig<K, R>;
+  using Storage = typename Cfg::SharedStorage;
+
+  __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len)
+      : sh_(sh), p_(p), row_(row), len_(len) {
+    // Slot s of sh.keys holds position s - misalign_, so the row's 16-byte
+    // aligned body lands on 16-byte aligned slots.
+    misalign_ = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kVec);
+  }
+
+  // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out.
+  __device__ RowTrace select() {
+    RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
+    std::uint32_t row_lo = 0, hi = 0;
+    load(row_lo, hi);
+    // Window [lo, hi] of keys; `above`: keys above the window; `rank`: the
+    // K-th largest key is the rank-th largest inside the window. The first
+    // window starts at a sampled floor, below the K-th key but for a
+    // ~4-sigma miss: the keys under it take no atomic, and the bins are
+    // finer. A miss (fewer than K keys at or above the floor) is seen in the
+    // counts, and the next window is the rest of the row.
+    const std::uint32_t lo = sampled_floor(row_lo, hi);
+    std::uint32_t above = 0, rank = K, in_window = 0;
+    KeyWindow w(lo, hi);
+    typename Cfg::BinPick pick = pick_bin<true>(w, rank, in_window);
+    trace.threshold_passes = 1;
+    if (in_window < rank) {  // the sampled floor lies above the K-th key
+      above = in_window;
+      rank -= in_window;
+      w = KeyWindow(row_lo, lo - 1);
+      pick = pick_bin<true>(w, rank, in_window);
+      ++trace.threshold_passes;
+    }
+    while (w.shift != 0) {
+      above += pick.above;
+      rank -= pick.above;
+      w = KeyWindow(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
+      pick = pick_bin<false>(w, rank, in_window);
+      ++trace.threshold_passes;
+    }
+    const std::uint32_t kth = w.bin_top(pick.bin);
+    trace.threshold_key = trace.kth_key = kth;
+    trace.count_gt = above + pick.above;
+    trace.count_eq = pick.in;
+    emit(kth, trace.count_gt, pick.in);
+    return trace;
+  }
+
+ private:
+  static constexpr int kVec = device::kGroupSize;  // keys per 16-byte slot group
+
+  using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
+
+  // Slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec.
+  __device__ std::int32_t head() const { return min(len_, (kVec - misalign_) % kVec); }
+
+  // Step 1: the row's keys into sh.keys, the least and greatest key of the
+  // row into lo/hi (every thread). Ends with a barrier.
+  __device__ void load(std::uint32_t& lo, std::uint32_t& hi) {
+    const std::int32_t head_len = head();
+    const std::int32_t vectors = (len_ - head_len) / kVec;
+    // The body's first slot: misalign_ + head_len, which is 0 or kVec.
+    const std::int32_t body_slot = misalign_ + head_len;
+    const std::int32_t tail_slot = body_slot + kVec * vectors;  // slots past the body: the tail
+    slots_ = tail_slot + kVec;
+    const float4* body = reinterpret_cast<const float4*>(row_ + head_len);
+    uint4* const dst = reinterpret_cast<uint4*>(sh_.row.keys + body_slot);
+    const auto tid = static_cast<std::int32_t>(threadIdx.x);
+    std::uint32_t least = 0xFFFFFFFFu, greatest = 0;
+    for (std::int32_t base = 0; base < vectors; base += R::kThreads * R::kLoadGroups) {
+      float4 v[R::kLoadGroups];
+#pragma unroll
+      for (int u = 0; u < R::kLoadGroups; ++u) {
+        const std::int32_t i = base + u * R::kThreads + tid;
+        v[u] = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < R::kLoadGroups; ++u) {
+        const std::int32_t i = base + u * R::kThreads + tid;
+        if (i < vectors) {
+          const uint4 k{score_key_fast(v[u].x), score_key_fast(v[u].y), score_key_fast(v[u].z),
+                        score_key_fast(v[u].w)};
+          dst[i] = k;
+          least = min(least, min(min(k.x, k.y), min(k.z, k.w)));
+          greatest = max(greatest, max(max(k.x, k.y), max(k.z, k.w)));
+        }
+      }
+    }
+    // The first slot group when the row is misaligned (padding, then the
+    // head) and the tail's group (the last < kVec positions, then padding).
+    if (tid < 2 * kVec) {
+      const bool first = tid < kVec;
+      const std::int32_t slot = first ? tid : tail_slot + (tid - kVec);
+      const std::int32_t pos = slot - misalign_;
+      if (!first || misalign_ != 0) {
+        const bool present = 0 <= pos && pos < len_;
+        const std::uint32_t key = present ? score_key(__ldg(row_ + pos)) : kPadKey;
+        sh_.row.keys[slot] = key;
+        if (present) {
+          least = min(least, key);
+          greatest = max(greatest, key);
+        }
+      }
+    }
+    least = __reduce_min_sync(device::kFullWarp, least);
+    greatest = __reduce_max_sync(device::kFullWarp, greatest);
+    const unsigned warp = threadIdx.x / device::kWarpSize;
+    if (device::lane_id() == 0) {
+      sh_.warp_min[warp] = least;
+      sh_.warp_max[warp] = greatest;
+    }
+#pragma unroll
+    for (int b = 0; b < Cfg::kBinsPerThread; ++b) sh_.work.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
+    __syncthreads();  // keys, per-warp ranges and the zeroed histogram visible
+    lo = 0xFFFFFFFFu;
+    hi = 0;
+#pragma unroll
+    for (int w = 0; w < R::kThreads / device::kWarpSize; ++w) {
+      lo = min(lo, sh_.warp_min[w]);
+      hi = max(hi, sh_.warp_max[w]);
+    }
+  }
+
+  // Calls fn(slot group index, uint4 keys) over the resident row; every
+  // thread calls it the same number of times (fn may use warp collectives).
+  template <class Fn>
+  __device__ void for_each_group(Fn&& fn) const {
+    const std::int32_t groups = slots_ / kVec;
+    const uint4* keys = reinterpret_cast<const uint4*>(sh_.row.keys);
+    for (std::int32_t base = 0; base < groups; base += R::kThreads) {
+      const std::int32_t g = base + static_cast<std::int32_t>(threadIdx.x);
+      fn(g, g < groups ? keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey});
+    }
+  }
+
+  // The first window's floor: the bottom of the histogram bin (over the
+  // row's range) of the j-th largest of kThreads strided samples, j = e + 4
+  // sigma + 1 for e = kThreads * K / len samples expected in the top K; the
+  // row's least key when the window would keep more than a quarter of the
+  // row: the floor costs a pass over the samples, a scan and a barrier, and
+  // measured slower where the top K is a quarter to a half of the row (8K
+  // rows at K = 2048, docs/perf-log.md). Needs the histogram zero and the
+  // keys visible; ends with a barrier (the pick's).
+  __device__ std::uint32_t sampled_floor(std::uint32_t lo, std::uint32_t hi) {
+    const float p = static_cast<float>(K) / static_cast<float>(len_);
+    const float expected = R::kThreads * p;
+    const float j = ceilf(expected + static_cast<float>(kGuard) * sqrtf(expected * (1.0f - p))) + 1.0f;
+    if (j > R::kThreads / 4) return lo;  // the same for every thread
+    const auto i = static_cast<std::int64_t>(threadIdx.x);
+    const auto pos = static_cast<std::int32_t>((2 * i + 1) * len_ / (2 * R::kThreads));
+    const KeyWindow w(lo, hi);
+    const std::uint32_t key = sh_.row.keys[pos + misalign_];
+    device::warp_histogram_add_sparse(sh_.work.histogram, true, w.bin(key));
+    __syncthreads();
+    std::uint32_t samples = 0;
+    const typename Cfg::BinPick pick = pick_from_histogram(static_cast<std::uint32_t>(j), samples);
+    return w.bin_bottom(pick.bin);
+  }
+
+  // Step 2, one pass: histograms the window's keys and returns the bin that
+  // holds its rank-th largest, with the window's key count in `in_window`
+  // (if that is below rank, no bin holds it and the pick is undefined). Each thread
+  // owns kBinsPerThread consecutive bins: after the histogram barrier it
+  // reads and re-zeroes them, so the histogram is zero for the next pass.
+  // kWholeRow: the first pass, where every key counts and a warp's lanes
+  // may share bins (tie-heavy rows): merged atomics. Later windows are one
+  // bin of the pass before: few keys fall in them, and those take a plain
+  // atomic each behind one compare (the pass's cost per key).
+  // Needs the histogram zero and the keys visible at entry; ends with a
+  // barrier, every thread gets the pick.
+  template <bool kWholeRow>
+  __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank, std::uint32_t& in_window) {
+    std::uint32_t* const histogram = sh_.work.histogram;
+    for_each_group([&](std::int32_t, const uint4& k) {
+      const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if constexpr (kWholeRow) {
+          device::warp_histogram_add_sparse(histogram, w.holds(key[j]), w.bin(key[j]));
+        } else if (w.holds(key[j])) {
+          atomicAdd(&histogram[w.bin(key[j])], 1u);
+        }
+      }
+    });
+    __syncthreads();
+    return pick_from_histogram(rank, in_window);
+  }
+
+  // The bin of the histogram (complete and visible) that holds the rank-th
+  // largest counted key, and the count of all keys in `total`. Each thread
+  // owns kBinsPerThread consecutive bins: it reads and re-zeroes them, so
+  // the histogram is zero for the next pass. Ends with a barrier; every
+  // thread gets the pick (undefined when total < rank).
+  __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank, std::uint32_t& total) {
+    std::uint32_t* const histogram = sh_.work.histogram;
+    constexpr int kOwned = Cfg::kBinsPerThread;
+    std::uint32_t* const mine = histogram + threadIdx.x * kOwned;
+    std::uint32_t sum = 0;
+#pragma unroll
+    for (int b = 0; b < kOwned; ++b) sum += mine[b];
+    std::uint32_t before = 0;  // keys of the window in lower-numbered threads' bins
+    typename Cfg::Scan(sh_.scan).ExclusiveSum(sum, before, total);
+    if (before < rank && rank <= before + sum) {  // exactly one thread
+      for (int b = 0; b < kOwned; ++b) {
+        const std::uint32_t count = mine[b];
+        if (rank <= before + count) {
+          sh_.pick = {threadIdx.x * kOwned + b, before, count};
+          break;
+        }
+        before += count;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kOwned; ++b) mine[b] = 0;  // each thread's own bins, read above
+    __syncthreads();
+    return sh_.pick;
+  }
+
+  // Step 3: emits the count_gt keys above kth and K - count_gt of its
+  // count_eq ties into sh.out (slots [0, count_gt) in any order, the ties
+  // after them). All ties fit, or kAny takes any of them (slot race), or
+  // smallest-index ties take the smallest positions (a scan of tie counts in
+  // slot order, one per round). Ends with a barrier.
+  __device__ void emit(std::uint32_t kth, std::uint32_t count_gt, std::uint32_t count_eq) {
+    const std::uint32_t take = K - count_gt;
+    const bool cut_by_position = count_eq > take && p_.smallest_index_ties;
+    if (threadIdx.x == 0) {
+      sh_.emitted = 0;
+      sh_.tie_slots = count_gt;
+    }
+    __syncthreads();  // the counters, and every thread is past the last pick
+    std::uint32_t ties_before = 0;  // smallest-index cut: ties in earlier rounds
+    for_each_group([&](std::int32_t g, const uint4& k) {
+      const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
+      std::uint32_t above = 0, tied = 0;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        above |= static_cast<std::uint32_t>(key[j] > kth) << j;
+        tied |= static_cast<std::uint32_t>(key[j] == kth) << j;
+      }
+      const std::int32_t pos0 = kVec * g - misalign_;
+      if (__any_sync(device::kFullWarp, above != 0)) {
+        std::uint32_t slot = device::warp_append<3>(__popc(above), &sh_.emitted);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if ((above >> j) & 1u) sh_.work.out[slot++] = device::order_key(key[j], pos0 + j);
+        }
+      }
+      if (cut_by_position) {
+        // Rank of each tie among all ties in position order (slot order).
+        std::uint32_t rank = 0, round_ties = 0;
+        typename Cfg::Scan(sh_.scan).ExclusiveSum(static_cast<std::uint32_t>(__popc(tied)), rank, round_ties);
+        rank += ties_before;
+        ties_before += round_ties;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if ((tied >> j) & 1u) {
+            if (rank < take) sh_.work.out[count_gt + rank] = device::order_key(kth, pos0 + j);
+            ++rank;
+          }
+        }
+        __syncthreads();  // the scan's storage is reused next round
+      } else if (__any_sync(device::kFullWarp, tied != 0)) {
+        std::uint32_t slot = device::warp_append<3>(__popc(tied), &sh_.tie_slots);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if ((tied >> j) & 1u) {
+            if (slot < K) sh_.work.out[slot] = device::order_key(kth, pos0 + j);
+            ++slot;
+          }
+        }
+      }
+    });
+    __syncthreads();
+  }
+
+  Storage& sh_;
+  const KernelParams& p_;
+  const float* row_;  // scores of positions 0 .. len-1
+  std::int32_t len_;
+  std::int32_t misalign_;
+  std::int32_t slots_ = 0;
+};
+
+template <int K, class R>
+__global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  using Cfg = ResidentConfig<K, R>;
+  auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
+  const std::int64_t t = blockIdx.x;
+  if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread
+  const std::int32_t ks = p.ks[t];
+  const std::int32_t len = p.ke[t] - ks;
+  // The launcher picks this kernel only for num_cols <= kMaxLen, and every
+  // row has ke - ks <= num_cols (a precondition of dsa::topk, checked on the
+  // host unless the caller turned the range check off): a longer row would
+  // overrun shared memory, so it stops the kernel with an error instead.
+  if (len > R::kMaxLen) __trap();
+  const float* row = p.scores + t * p.stride + ks;
+  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
+  if (len <= K) {
+    for (int slot = threadIdx.x; slot < K; slot += R::kThreads) {
+      sh.work.out[slot] = slot < len ? device::order_key(score_key(__ldg(row + slot)), slot) : device::kEmptySlot;
+    }
+    __syncthreads();
+  } else {
+    trace = ResidentRow<K, R>(sh, p, row, len).select();
+  }
+  // Written before the write-out, so the trace's registers are free for the sort.
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
+  device::write_row<K, R::kThreads, typename Cfg::BlockSort>(
+      sh.work.out, sh.row.sort, p.indices + t * K, p.values != nullptr ? p.values + t * K : nullptr,
+      p.relative_indices ? 0 : ks, p.sorted, p.smallest_index_ties,
+      // The score's own bits. The row's address is derived again from the
+      // parameters (constant bank) rather than kept live through the sort,
+      // which at K = 2048 and 64 registers would spill.
+      [&p](std::int32_t pos, std::uint32_t) {
+        const std::int64_t row_index = blockIdx.x;
+        return __ldg(p.scores + row_index * p.stride + p.ks[row_index] + pos);
+      });
+}
+
+}  // namespace dsa::selection::topk
