@@ -93,6 +93,15 @@ class Emitter {
   bool smallest_index_ties_;
 };
 
+// A row of len <= K keys needs no selection: every position, then padding
+// (kEmptySlot), into out[K]. No barrier.
+template <int K, int Threads>
+__device__ void emit_whole_row(std::uint64_t* out, const float* row, std::int32_t len) {
+  for (int slot = threadIdx.x; slot < K; slot += Threads) {
+    out[slot] = slot < len ? order_key(score_key(__ldg(row + slot)), slot) : kEmptySlot;
+  }
+}
+
 // K order keys (kEmptySlot = padding) -> the row's indices (pos + offset)
 // and values (value_of(pos, key)), in sorted order when asked. Smallest-index
 // ties promise bit-identical runs, which the atomic slot order of `out` is

@@ -131,6 +131,14 @@ struct KeyWindow {
   }
 };
 
+// The bin of a KeyWindow histogram that holds a wanted rank, as the block
+// finds it (the sampled top-k's threshold, the resident top-k's passes).
+struct BinPick {
+  std::uint32_t bin;    // 0 = the window's top bin
+  std::uint32_t above;  // counted keys in the window's bins above it
+  std::uint32_t in;     // counted keys in it
+};
+
 // warp_histogram_add for histograms of any size whose bins are usually
 // distinct within a warp (linear bins over a row's key range): a plain
 // atomic per lane, merged with __match_any_sync only when a lane's bin

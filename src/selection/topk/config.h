@@ -70,12 +70,7 @@ struct Config {
   using BlockSort = cub::BlockRadixSort<std::uint64_t, G::kThreads, kSlotsPerThread>;
   using BinScan = cub::BlockScan<std::uint32_t, G::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
-  // The bin of the threshold histogram that holds the wanted sample rank.
-  struct BinPick {
-    std::uint32_t bin;    // 0 = the window's top bin
-    std::uint32_t above;  // samples in the window's bins above it
-    std::uint32_t in;     // samples in it
-  };
+  using BinPick = device::BinPick;  // the threshold bin of the wanted sample rank
 
   // Shared memory of one CTA. Phases that never overlap share the union.
   struct SharedStorage {
@@ -142,12 +137,7 @@ struct ResidentConfig {
   using Scan = cub::BlockScan<std::uint32_t, R::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   using BlockSort = cub::BlockRadixSort<std::uint64_t, R::kThreads, K / R::kThreads>;
 
-  // The bin that holds the wanted rank (0 = the window's top bin).
-  struct BinPick {
-    std::uint32_t bin;
-    std::uint32_t above;  // keys of the window in the bins above it
-    std::uint32_t in;     // keys in it
-  };
+  using BinPick = device::BinPick;  // the pass's bin of the wanted rank
 
   struct SharedStorage {
     union {

@@ -92,13 +92,10 @@ class ResidentRow {
 
   using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
 
-  // Slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec.
-  __device__ std::int32_t head() const { return min(len_, (kVec - misalign_) % kVec); }
-
   // Step 1: the row's keys into sh.keys, the least and greatest key of the
   // row into lo/hi (every thread). Ends with a barrier.
   __device__ void load(std::uint32_t& lo, std::uint32_t& hi) {
-    const std::int32_t head_len = head();
+    const std::int32_t head_len = min(len_, (kVec - misalign_) % kVec);  // positions before the aligned body
     const std::int32_t vectors = (len_ - head_len) / kVec;
     // The body's first slot: misalign_ + head_len, which is 0 or kVec.
     const std::int32_t body_slot = misalign_ + head_len;
@@ -320,7 +317,7 @@ class ResidentRow {
   const float* row_;  // scores of positions 0 .. len-1
   std::int32_t len_;
   std::int32_t misalign_;
-  std::int32_t slots_ = 0;
+  std::int32_t slots_ = 0;  // slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec
 };
 
 template <int K, class R>
@@ -340,9 +337,7 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   const float* row = p.scores + t * p.stride + ks;
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
-    for (int slot = threadIdx.x; slot < K; slot += R::kThreads) {
-      sh.work.out[slot] = slot < len ? device::order_key(score_key(__ldg(row + slot)), slot) : device::kEmptySlot;
-    }
+    device::emit_whole_row<K, R::kThreads>(sh.work.out, row, len);
     __syncthreads();
   } else {
     trace = ResidentRow<K, R>(sh, p, row, len).select();

@@ -100,11 +100,7 @@ class RowSelect {
   }
 
   // Rows with len <= K: every position, then padding.
-  __device__ void direct() {
-    for (int slot = threadIdx.x; slot < K; slot += G::kThreads) {
-      sh_.out[slot] = slot < len_ ? device::order_key(score_key(__ldg(row_ + slot)), slot) : device::kEmptySlot;
-    }
-  }
+  __device__ void direct() { device::emit_whole_row<K, G::kThreads>(sh_.out, row_, len_); }
 
   // sh.out (K order keys) -> indices/values of the row, sorted if asked.
   __device__ void write_out(std::int64_t row_index, std::int32_t ks) {
