@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "common/row_range.cuh"
+
 namespace dsa::scoring {
 
 struct KeyRange {
@@ -25,23 +27,10 @@ struct KeyRange {
   int tiles = 0;           // ceil((end - begin) / tile)
 };
 
-// Row t's range clamped to [0, num_keys): unvalidated ranges
-// (ExecutionContext::check_ranges = false) can never address memory outside
-// the inputs and outputs. A row whose row_mask entry is 0 gets an empty range
-// (the fused operator's repair rescores only the rows it flagged).
-struct RowRange {
-  std::int32_t begin = 0, end = 0;
-};
-__device__ __forceinline__ RowRange row_range(const std::int32_t* __restrict__ ks, const std::int32_t* __restrict__ ke,
-                                              const std::uint32_t* __restrict__ row_mask, std::int64_t t,
-                                              std::int64_t num_keys) {
-  const std::int32_t n = static_cast<std::int32_t>(num_keys);
-  RowRange r;
-  r.begin = min(max(__ldg(ks + t), 0), n);
-  r.end = min(max(__ldg(ke + t), r.begin), n);
-  if (row_mask != nullptr && __ldg(row_mask + t) == 0) r.end = r.begin;
-  return r;
-}
+// Row ranges clamped to [0, num_keys) (common/row_range.cuh), shared with
+// the top-k kernels.
+using ::dsa::row_range;
+using ::dsa::RowRange;
 
 // The key tiles that cover [lo, hi) (the union of a block's row ranges;
 // lo >= hi: none).

@@ -258,6 +258,51 @@ TEST(TopkGpu, NonFiniteAndSignedZeroScores) {
   }
 }
 
+// With the host's range check off (ExecutionContext::check_ranges = false),
+// invalid ranges must not read or write out of bounds (dsa_topk.h): each
+// kernel clamps a row to [0, N), so the result is the top K of the clamped
+// range (the contract leaves it unspecified; this pins what we do).
+TEST(TopkGpu, UncheckedInvalidRangesAreClamped) {
+  for (std::int64_t N : {std::int64_t{3000}, std::int64_t{20000}}) {  // resident, sampled
+    const int K = 512;
+    ScoresProblem prob = custom_problem(6, N, [&](std::int64_t t, std::int64_t s) { return scrambled(t, s, N); });
+    const auto n = static_cast<std::int32_t>(N);
+    prob.ks = {-7, 5, 100, n + 5, 0, -100};
+    prob.ke = {n, n + 1000, 50, n + 10, n, -50};
+    ScoresProblem clamped = prob;
+    for (std::size_t t = 0; t < prob.ks.size(); ++t) {
+      clamped.ks[t] = std::clamp(prob.ks[t], 0, n);
+      clamped.ke[t] = std::clamp(prob.ke[t], clamped.ks[t], n);
+    }
+    const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, true);
+    const std::size_t out_elems = static_cast<std::size_t>(prob.T) * K;
+    DeviceArray<float> scores(prob.scores.size()), values(out_elems);
+    DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(out_elems);
+    scores.upload(prob.scores);
+    ks.upload(prob.ks);
+    ke.upload(prob.ke);
+    indices.poison();
+    values.poison();
+    TopkParams p = prob.params(indices.get(), values.get(), o);
+    p.scores = scores.get();
+    p.ks = ks.get();
+    p.ke = ke.get();
+    ExecutionContext ctx;
+    ctx.backend = Backend::kCuda;
+    ctx.check_ranges = false;
+    const Status st = topk(p, ctx);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    tools::TopkOutput out;
+    out.T = prob.T;
+    out.K = K;
+    out.indices = indices.download();
+    out.values = values.download();
+    SCOPED_TRACE("N=" + std::to_string(N));
+    EXPECT_EXACT(clamped, o, out);
+  }
+}
+
 // ------------------------------------------------------ forced paths -------
 
 // Threshold too high: no key reaches it (the largest key belongs to a NaN),

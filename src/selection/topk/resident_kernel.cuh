@@ -327,13 +327,12 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
   if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread
-  const std::int32_t ks = p.ks[t];
-  const std::int32_t len = p.ke[t] - ks;
-  // The launcher picks this kernel only for num_cols <= kMaxLen, and every
-  // row has ke - ks <= num_cols (a precondition of dsa::topk, checked on the
-  // host unless the caller turned the range check off): a longer row would
-  // overrun shared memory, so it stops the kernel with an error instead.
-  if (len > R::kMaxLen) __trap();
+  // The launcher picks this kernel only for num_cols <= kMaxLen, and the
+  // range is clamped to [0, num_cols): the row fits shared memory even when
+  // the caller turned the host's range check off.
+  const RowRange range = row_range(p.ks, p.ke, nullptr, t, p.num_cols);
+  const std::int32_t ks = range.begin;
+  const std::int32_t len = range.end - range.begin;
   const float* row = p.scores + t * p.stride + ks;
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
@@ -352,7 +351,8 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
       // which at K = 2048 and 64 registers would spill.
       [&p](std::int32_t pos, std::uint32_t) {
         const std::int64_t row_index = blockIdx.x;
-        return __ldg(p.scores + row_index * p.stride + p.ks[row_index] + pos);
+        const std::int32_t first = row_range(p.ks, p.ke, nullptr, row_index, p.num_cols).begin;
+        return __ldg(p.scores + row_index * p.stride + first + pos);
       });
 }
 

@@ -94,6 +94,7 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         params.score_stride,
                         params.ks,
                         params.ke,
+                        params.num_cols,
                         params.indices,
                         params.values,
                         params.options.index_base == IndexBase::kRelative,

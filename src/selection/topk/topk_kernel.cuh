@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "common/keys.h"
+#include "common/row_range.cuh"
 #include "selection/device/candidates.cuh"
 #include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
@@ -29,6 +30,7 @@ struct KernelParams {
   std::int64_t stride;          // elements between rows
   const std::int32_t* ks;       // [T]
   const std::int32_t* ke;       // [T]
+  std::int64_t num_cols;        // every row is read clamped to [0, num_cols) (row_range)
   std::int32_t* indices;        // [T, K]
   float* values;                // [T, K] or null
   bool relative_indices;        // write s - ks[t] instead of s
@@ -313,8 +315,9 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   auto& sh = *reinterpret_cast<typename Config<K, G>::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
   if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread
-  const std::int32_t ks = p.ks[t];
-  const std::int32_t len = p.ke[t] - ks;
+  const RowRange range = row_range(p.ks, p.ke, nullptr, t, p.num_cols);
+  const std::int32_t ks = range.begin;
+  const std::int32_t len = range.end - range.begin;
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
