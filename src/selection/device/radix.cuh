@@ -99,14 +99,23 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
   }
 }
 
-// Adds one to histogram[bin] for every lane with `counted`; every lane of the
-// warp calls it (converged). Lanes with the same bin are merged first, so a
-// warp costs one shared atomic per distinct bin: the candidates of a row
-// share their high digits, and unmerged atomics on one bin serialise.
-__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
-  if (!__any_sync(kFullWarp, counted)) return;
-  const unsigned peers = __match_any_sync(kFullWarp, counted ? bin : kRadixBins);
+// The lanes with `counted` add one each to histogram[bin], lanes with the
+// same bin merged into one atomic by their lowest lane; every lane of the
+// warp calls it (converged). Uncounted lanes match on a value no histogram
+// index takes: a sentinel that could equal a counted lane's bin would join
+// its peers, take the lowest lane, and drop their counts (the threshold
+// histogram of the sampled top-k has 4096 bins, and used 256 as the
+// sentinel).
+__device__ __forceinline__ void warp_histogram_add_merged(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+  const unsigned peers = __match_any_sync(kFullWarp, counted ? bin : 0xFFFFFFFFu);
   if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
+}
+
+// Adds one to histogram[bin] for every lane with `counted`, merged: a warp
+// costs one shared atomic per distinct bin (the candidates of a row share
+// their high digits, and unmerged atomics on one bin serialise).
+__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+  if (__any_sync(kFullWarp, counted)) warp_histogram_add_merged(histogram, counted, bin);
 }
 
 // 2^kBinBits linear bins over the keys [lo, hi], bin 0 at the top: bin b
@@ -148,8 +157,7 @@ __device__ __forceinline__ void warp_histogram_add_sparse(std::uint32_t* histogr
   const std::uint32_t next = __shfl_down_sync(kFullWarp, mine, 1);
   const bool run = counted && lane_id() < kWarpSize - 1 && mine == next;
   if (__any_sync(kFullWarp, run)) {
-    const unsigned peers = __match_any_sync(kFullWarp, mine);
-    if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
+    warp_histogram_add_merged(histogram, counted, bin);
   } else if (counted) {
     atomicAdd(&histogram[bin], 1u);
   }
