@@ -148,6 +148,39 @@ struct BinPick {
   std::uint32_t in;     // counted keys in it
 };
 
+// The bin of a complete, visible histogram (bin 0 at the top) that holds
+// its rank-th largest counted key, and the count of all keys in `total`.
+// Each of the block's Threads threads owns kOwned consecutive bins: it sums
+// them, a block scan (Scan: cub::BlockScan of uint32 over the block) gives
+// each thread the keys above its bins, the one owning the rank walks its
+// bins, and every thread re-zeroes its own bins, so the histogram is zero
+// for the next pass. `broadcast` carries the pick; ends with a barrier.
+// The pick is undefined when total < rank.
+template <class Scan, int kOwned>
+__device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempStorage& scan, BinPick& broadcast,
+                                  std::uint32_t rank, std::uint32_t& total) {
+  std::uint32_t* const mine = histogram + threadIdx.x * kOwned;
+  std::uint32_t sum = 0;
+#pragma unroll
+  for (int b = 0; b < kOwned; ++b) sum += mine[b];
+  std::uint32_t before = 0;  // counted keys in lower-numbered threads' bins
+  Scan(scan).ExclusiveSum(sum, before, total);
+  if (before < rank && rank <= before + sum) {  // exactly one thread
+    for (int b = 0; b < kOwned; ++b) {
+      const std::uint32_t count = mine[b];
+      if (rank <= before + count) {
+        broadcast = {threadIdx.x * kOwned + b, before, count};
+        break;
+      }
+      before += count;
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kOwned; ++b) mine[b] = 0;  // each thread's own bins, read above
+  __syncthreads();
+  return broadcast;
+}
+
 // warp_histogram_add for histograms of any size whose bins are usually
 // distinct within a warp (linear bins over a row's key range): a plain
 // atomic per lane, merged with __match_any_sync only when a lane's bin

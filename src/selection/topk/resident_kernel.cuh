@@ -230,28 +230,8 @@ class ResidentRow {
   // the histogram is zero for the next pass. Ends with a barrier; every
   // thread gets the pick (undefined when total < rank).
   __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank, std::uint32_t& total) {
-    std::uint32_t* const histogram = sh_.work.histogram;
-    constexpr int kOwned = Cfg::kBinsPerThread;
-    std::uint32_t* const mine = histogram + threadIdx.x * kOwned;
-    std::uint32_t sum = 0;
-#pragma unroll
-    for (int b = 0; b < kOwned; ++b) sum += mine[b];
-    std::uint32_t before = 0;  // keys of the window in lower-numbered threads' bins
-    typename Cfg::Scan(sh_.scan).ExclusiveSum(sum, before, total);
-    if (before < rank && rank <= before + sum) {  // exactly one thread
-      for (int b = 0; b < kOwned; ++b) {
-        const std::uint32_t count = mine[b];
-        if (rank <= before + count) {
-          sh_.pick = {threadIdx.x * kOwned + b, before, count};
-          break;
-        }
-        before += count;
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kOwned; ++b) mine[b] = 0;  // each thread's own bins, read above
-    __syncthreads();
-    return sh_.pick;
+    return device::pick_owned_bin<typename Cfg::Scan, Cfg::kBinsPerThread>(sh_.work.histogram, sh_.scan, sh_.pick,
+                                                                          rank, total);
   }
 
   // Step 3: emits the count_gt keys above kth and K - count_gt of its

@@ -131,11 +131,10 @@ class RowSelect {
 
   // One histogram pass over the first s stored samples restricted to window
   // w: the bin holding the window's rank-th largest sample (1 <= rank <= the
-  // samples in w). After the histogram barrier each thread reads only the
-  // bins it owns and zeroes them, so the histogram is zero again for the next
-  // pass; the
-  // histogram must be zero and the samples visible at entry. Ends with a
-  // barrier; every thread gets the result.
+  // samples in w), picked by device::pick_owned_bin, which leaves the
+  // histogram zero for the next pass. The histogram must be zero and the
+  // samples visible at entry. Ends with a barrier; every thread gets the
+  // result.
   __device__ typename Cfg::BinPick pick_sample_bin(const KeyWindow& w, std::int32_t s, std::uint32_t rank) {
     auto& th = sh_.phase.threshold;
     for (std::int32_t base = 0; base < s; base += G::kThreads) {
@@ -144,30 +143,9 @@ class RowSelect {
       device::warp_histogram_add(th.histogram, i < s && w.holds(key), i < s ? w.bin(key) : 0u);
     }
     __syncthreads();
-    constexpr int kOwned = Cfg::kBinsPerThread;
-    std::uint32_t* const mine = th.histogram + threadIdx.x * kOwned;
-    std::uint32_t sum = 0;
-#pragma unroll
-    for (int b = 0; b < kOwned; ++b) sum += mine[b];
-    std::uint32_t above = 0;  // samples of w in the bins of lower-numbered threads
-    typename Cfg::BinScan(th.scan).ExclusiveSum(sum, above);
-    // Exactly one thread owns the bin where the rank falls.
-    if (above < rank && rank <= above + sum) {
-      bool found = false;
-      for (int b = 0; b < kOwned && !found; ++b) {
-        const std::uint32_t count = mine[b];
-        if (rank <= above + count) {
-          found = true;
-          sh_.pick = {threadIdx.x * kOwned + b, above, count};
-        } else {
-          above += count;
-        }
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kOwned; ++b) mine[b] = 0;
-    __syncthreads();
-    return sh_.pick;
+    std::uint32_t in_window = 0;  // >= rank (the caller's rank is inside w)
+    return device::pick_owned_bin<typename Cfg::BinScan, Cfg::kBinsPerThread>(th.histogram, th.scan, sh_.pick, rank,
+                                                                             in_window);
   }
 
   // Step 1 (model.h): tau at or below the sample of rank j = ceil(e + guard *
