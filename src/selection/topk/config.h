@@ -44,6 +44,9 @@ inline constexpr int kRepairLoadUnroll = 1;
 // fixed S = 4096 leaves e = 8 at K = 2048, len = 1M and a count that can pass
 // the buffer; e >= 16 keeps its 4-sigma value near 3.5 K.
 inline constexpr int kMinSamples = 2048;
+// Samples are read kSampleGroup neighbours at a time (one 32-byte sector:
+// any tau is exact, and scores without positional structure lose nothing).
+inline constexpr int kSampleGroup = 8;
 inline constexpr int kMinExpectedInTop = 16;
 inline constexpr double kGuard = 4.0;
 
