@@ -95,6 +95,49 @@ T* piece(void* base, std::size_t offset) {
   return reinterpret_cast<T*>(static_cast<std::uint8_t*>(base) + offset);
 }
 
+// Rows scored into the workspace's bounded buffer, batch by batch, and
+// finished by the standalone top-k: the repair of the rows whose `flags`
+// entry is set (the others get empty ranges and their CTAs exit at once),
+// or with flags null every row (the staged route). Exact by construction.
+Status score_and_select(const IndexerTopkParams& p, const Layout& l, void* workspace, const std::uint32_t* flags,
+                        CUstream_st* stream) {
+  const int K = p.options.k;
+  auto* scores = piece<float>(workspace, l.repair);
+  for (std::int64_t first = 0; first < p.num_queries; first += l.repair_rows) {
+    const std::int64_t rows = std::min(l.repair_rows, p.num_queries - first);
+    const std::uint32_t* mask = flags != nullptr ? flags + first : nullptr;
+    IndexerInputs in = p;
+    in.q = p.q + first * p.num_heads * kHeadDim;
+    in.w = p.w + first * p.num_heads;
+    in.ks = p.ks + first;
+    in.ke = p.ke + first;
+    in.num_queries = rows;
+    Status st = scoring::launch_scoring(in, mask, scoring::StoreSink{scores, l.repair_stride}, stream);
+    if (!st.ok()) return st;
+    TopkParams tp;
+    tp.scores = scores;
+    tp.ks = in.ks;
+    tp.ke = in.ke;
+    tp.num_rows = rows;
+    tp.num_cols = p.num_keys;
+    tp.score_stride = l.repair_stride;
+    tp.indices = p.indices + first * K;
+    tp.values = p.values != nullptr ? p.values + first * K : nullptr;
+    tp.options = p.options;
+    selection::topk::TopkHooks th;
+    th.row_mask = mask;
+    st = selection::topk::launch_topk(tp, stream, th);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// The staged route's trace: every row kStaged, no threshold or counts.
+__global__ void mark_staged_kernel(FusedRowTrace* trace, std::int64_t rows) {
+  const std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (t < rows) trace[t] = FusedRowTrace{FusedPath::kStaged, 0, 0, 0, 0};
+}
+
 template <int K>
 Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, const FusedHooks& hooks) {
   const Layout l = layout(p);
@@ -109,6 +152,19 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     // The control: stage 2's main loop with every score folded into a checksum.
     std::uint32_t* checksum = hooks.checksum != nullptr ? hooks.checksum : piece<std::uint32_t>(workspace, l.checksum);
     return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
+  }
+
+  using Route = FusedHooks::Route;
+  const bool staged = hooks.route == Route::kStaged ||
+                      (hooks.route == Route::kByShape && !hooks.force_threshold && p.num_keys <= kStagedMaxKeys);
+  if (staged) {
+    if (hooks.trace != nullptr) {
+      mark_staged_kernel<<<static_cast<unsigned>((p.num_queries + 255) / 256), 256, 0, stream>>>(hooks.trace,
+                                                                                                p.num_queries);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return cuda_error(err, "trace kernel launch");
+    }
+    return score_and_select(p, l, workspace, nullptr, stream);
   }
 
   // Stage 1: samples, their scores, tau per row (and the counters zeroed).
@@ -210,37 +266,8 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     if (err != cudaSuccess) return cuda_error(err, "select kernel launch");
   }
 
-  // Stage 4: repair. Each batch rescores its flagged rows (the others have
-  // empty ranges and their CTAs exit at once) and finishes them with the
-  // standalone top-k.
-  auto* repair = piece<float>(workspace, l.repair);
-  for (std::int64_t first = 0; first < p.num_queries; first += l.repair_rows) {
-    const std::int64_t rows = std::min(l.repair_rows, p.num_queries - first);
-    const std::uint32_t* mask = flags + first;
-    IndexerInputs in = p;
-    in.q = p.q + first * p.num_heads * kHeadDim;
-    in.w = p.w + first * p.num_heads;
-    in.ks = p.ks + first;
-    in.ke = p.ke + first;
-    in.num_queries = rows;
-    Status st = scoring::launch_scoring(in, mask, scoring::StoreSink{repair, l.repair_stride}, stream);
-    if (!st.ok()) return st;
-    TopkParams tp;
-    tp.scores = repair;
-    tp.ks = in.ks;
-    tp.ke = in.ke;
-    tp.num_rows = rows;
-    tp.num_cols = p.num_keys;
-    tp.score_stride = l.repair_stride;
-    tp.indices = p.indices + first * K;
-    tp.values = p.values != nullptr ? p.values + first * K : nullptr;
-    tp.options = p.options;
-    selection::topk::TopkHooks th;
-    th.row_mask = mask;
-    st = selection::topk::launch_topk(tp, stream, th);
-    if (!st.ok()) return st;
-  }
-  return Status::Ok();
+  // Stage 4: repair (the flagged rows only).
+  return score_and_select(p, l, workspace, flags, stream);
 }
 
 }  // namespace

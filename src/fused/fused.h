@@ -15,6 +15,12 @@
 //      a row whose certificate fails is flagged;
 //   4. repair: flagged rows are rescored into a bounded buffer, batch by
 //      batch, and finished by the standalone top-k (exact by construction).
+// Keys of at most kStagedMaxKeys take the staged route instead: every row
+// goes the repair path's way (scores of a batch of rows into the bounded
+// buffer, then the standalone top-k). Short rows make the fused filter
+// stage about half of their scores (K is a third to a half of an 8K row),
+// so its candidate traffic is the score matrix's, and the standalone
+// top-k's resident kernel selects such rows faster than the select stage.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +34,15 @@ namespace dsa::fused {
 enum class FusedPath : std::uint32_t {
   kCertified = 1,  // fused_certified() held: selected from the staged entries
   kRepaired,       // the certificate failed (underflow or overflow): repair path
+  kStaged,         // the staged route (kStagedMaxKeys): scored, then the standalone top-k
 };
+
+// Up to this many keys (num_keys) the operator takes the staged route. The
+// unfused pipeline measured faster than the fused stages up to 32K (4096 x
+// 8K 0.553 against 0.858 ms, 16K 1.149 against 1.416, 32K 2.414 against
+// 2.508) and slower from 64K (4.855 against 4.662): docs/perf-log.md,
+// "Session 5".
+inline constexpr std::int64_t kStagedMaxKeys = 32768;
 
 struct FusedRowTrace {
   FusedPath path;
@@ -71,6 +85,9 @@ struct FusedHooks {
   // cover both widths at any T.
   enum class SelectWidth { kByRows, kNarrow, kWide } select_width = SelectWidth::kByRows;
   std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
+  // The route: by num_keys (kStagedMaxKeys) unless pinned. Forcing tau
+  // implies the fused route (only it has a threshold).
+  enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
 };
 
 // Candidate entries each row's area holds in the workspace (the select

@@ -211,10 +211,13 @@ struct FusedResult {
 };
 
 // The fused operator: through the public dsa::indexer_topk (workspace from
-// indexer_topk_workspace_size) when `hooks` is null, else through
-// fused::launch_indexer_topk with the hooks and a trace. `stream` may be null.
+// indexer_topk_workspace_size; the route by shape) when `hooks` is null,
+// else through fused::launch_indexer_topk with the hooks and a trace. Hooks
+// whose route is kByShape are pinned to the fused route (tests that observe
+// or force the fused stages must run them whatever the shape) unless
+// `keep_route`.
 FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bool want_values,
-                      const FusedHooks* hooks = nullptr) {
+                      const FusedHooks* hooks = nullptr, bool keep_route = false) {
   const IndexerProblem& prob = dev.host();
   DeviceOutput out(prob.T, options.k, want_values);
   const IndexerTopkParams p = dev.params(out.indices.get(), out.values.get(), options);
@@ -239,6 +242,7 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
   } else {
     trace.poison();
     FusedHooks h = *hooks;
+    if (h.route == FusedHooks::Route::kByShape && !keep_route) h.route = FusedHooks::Route::kFused;
     h.trace = trace.get();
     st = fused::launch_indexer_topk(p, nullptr, workspace.get(), bytes, h);
   }
@@ -249,6 +253,15 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
   if (hooks) r.trace = trace.download();
   return r;
 }
+
+// Both routes on problems of at most kStagedMaxKeys keys: null runs the
+// public operator (the staged route by shape), the hooks pin the fused one.
+const FusedHooks kFusedRoute = [] {
+  FusedHooks h;
+  h.route = FusedHooks::Route::kFused;
+  return h;
+}();
+const FusedHooks* const kBothRoutes[] = {nullptr, &kFusedRoute};
 
 // ------------------------------------------------------------ judging -----
 
@@ -364,14 +377,17 @@ TEST(FusedGpu, OptionMatrix) {
     for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
       for (bool sorted : {false, true}) {
         for (bool values : {false, true}) {
-          const SelectOptions o = make_options(1024, ties, base, sorted);
-          SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
-                                            << static_cast<int>(base) << " sorted " << sorted << " values " << values);
-          const FusedResult r = run_fused(dev, o, values);
-          expect_matches_unfused(oracle, o, r.out);
-          // The checker as well in deterministic mode: sorted order, padding.
-          const tools::CheckReport report = oracle.check(o, r.out);
-          EXPECT_TRUE(report.ok()) << report.summary();
+          for (const FusedHooks* route : kBothRoutes) {
+            const SelectOptions o = make_options(1024, ties, base, sorted);
+            SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
+                                              << static_cast<int>(base) << " sorted " << sorted << " values "
+                                              << values << (route == nullptr ? " staged (by shape)" : " fused"));
+            const FusedResult r = run_fused(dev, o, values, route);
+            expect_matches_unfused(oracle, o, r.out);
+            // The checker as well in deterministic mode: sorted order, padding.
+            const tools::CheckReport report = oracle.check(o, r.out);
+            EXPECT_TRUE(report.ok()) << report.summary();
+          }
         }
       }
     }
@@ -386,8 +402,41 @@ TEST(FusedGpu, SmallIntegerAgainstCpuReference) {
     DeviceProblem dev(prob);
     for (const SelectOptions& o : {deterministic(K, IndexBase::kRelative),
                                    make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false)}) {
-      const tools::CheckReport report = tools::check_problem(prob, o, run_fused(dev, o, true).out);
-      EXPECT_TRUE(report.ok()) << "K=" << K << ": " << report.summary();
+      for (const FusedHooks* route : kBothRoutes) {
+        const tools::CheckReport report = tools::check_problem(prob, o, run_fused(dev, o, true, route).out);
+        EXPECT_TRUE(report.ok()) << "K=" << K << (route == nullptr ? " staged: " : " fused: ") << report.summary();
+      }
+    }
+  }
+}
+
+// The route by shape: keys up to kStagedMaxKeys staged, one more fused (the
+// trace says which); the staged route pinned at a longer N; every answer
+// the unfused one.
+TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
+  const int K = 2048;
+  for (std::int64_t N : {fused::kStagedMaxKeys, fused::kStagedMaxKeys + 1}) {
+    const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, 40, N, K, 64, 0, 21);
+    DeviceProblem dev(prob);
+    Unfused oracle(dev);
+    SCOPED_TRACE(describe(prob, K));
+    FusedHooks by_shape, staged;  // by_shape: the operator's default route
+    staged.route = FusedHooks::Route::kStaged;
+    for (const SelectOptions& o : {deterministic(K), make_options(K, TieBreak::kAny, IndexBase::kRelative, false)}) {
+      const FusedResult a = run_fused(dev, o, true, &by_shape, /*keep_route=*/true);
+      expect_matches_unfused(oracle, o, a.out);
+      const FusedPath want = N <= fused::kStagedMaxKeys ? FusedPath::kStaged : FusedPath::kCertified;
+      for (std::int64_t t = 0; t < prob.T; ++t) {
+        if (row_len(prob, t) <= K) continue;
+        const FusedPath got = a.trace[t].path;
+        EXPECT_TRUE(got == want || (want == FusedPath::kCertified && got == FusedPath::kRepaired))
+            << "row " << t << " path " << static_cast<int>(got);
+      }
+      const FusedResult b = run_fused(dev, o, true, &staged);
+      expect_matches_unfused(oracle, o, b.out);
+      for (std::int64_t t = 0; t < prob.T; ++t) {
+        EXPECT_EQ(static_cast<int>(b.trace[t].path), static_cast<int>(FusedPath::kStaged)) << "row " << t;
+      }
     }
   }
 }
@@ -586,10 +635,13 @@ TEST(FusedGpu, DeterministicRunsBitIdentical) {
   DeviceProblem dev(prob);
   Unfused oracle(dev);
   for (bool sorted : {false, true}) {
-    const SelectOptions o = deterministic(1024, IndexBase::kAbsolute, sorted);
-    const FusedResult a = run_fused(dev, o, true), b = run_fused(dev, o, true);
-    expect_same_result(a.out, b.out, /*same_order=*/true, sorted ? "sorted run 1 vs 2" : "unsorted run 1 vs 2");
-    expect_matches_unfused(oracle, o, a.out);
+    for (const FusedHooks* route : kBothRoutes) {
+      SCOPED_TRACE(route == nullptr ? "staged (by shape)" : "fused");
+      const SelectOptions o = deterministic(1024, IndexBase::kAbsolute, sorted);
+      const FusedResult a = run_fused(dev, o, true, route), b = run_fused(dev, o, true, route);
+      expect_same_result(a.out, b.out, /*same_order=*/true, sorted ? "sorted run 1 vs 2" : "unsorted run 1 vs 2");
+      expect_matches_unfused(oracle, o, a.out);
+    }
   }
 }
 
