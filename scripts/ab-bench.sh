@@ -10,12 +10,18 @@
 # tool returns at most 8. Options are dsa-topk bench's
 # (default backend cuda); e.g.
 #   ROUNDS=3 bash scripts/ab-bench.sh --op indexer --T 4096 --N 8192 --dist model-like,ties --reps 10 --no-verify
+# Environment: B_DIR (default .: another unpacked tree as the B side, so one
+# call can compare several branches against one base), AB_NAME (default ab:
+# the report is $OUT/$AB_NAME.md), NO_BUILD=1 (reuse both sides' build-ab
+# from an earlier run in the same call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/ab-out}"
 mkdir -p "$OUT"
 RUNS="$(mktemp -d)"
 ROUNDS="${ROUNDS:-2}"
+B_DIR="${B_DIR:-.}"
+AB_NAME="${AB_NAME:-ab}"
 export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -d ab-base ]; then
   echo "error: no ab-base/: run scripts/ab-prepare.sh REV on the sending machine and carry ab-base" >&2
@@ -25,7 +31,9 @@ if [ ! -d .deps/googletest ] && [ ! -d ab-base/.deps ]; then
   echo "error: .deps missing: run scripts/prepare-device.sh here and carry .deps" >&2
   exit 2
 fi
-[ -e ab-base/.deps ] || ln -s ../.deps ab-base/.deps
+for side_dir in ab-base "$B_DIR"; do
+  [ -e "$side_dir/.deps" ] || ln -s "$PWD/.deps" "$side_dir/.deps"
+done
 args=("$@")
 case " $* " in *" --backend "*) ;; *) args=(--backend cuda "${args[@]}") ;; esac
 
@@ -34,13 +42,17 @@ build() {  # build DIR JOBS LOG
   (cd "$1" && cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release >"$3" 2>&1 &&
     cmake --build build-ab -j "$2" --target dsa-topk >>"$3" 2>&1)
 }
-echo "building A ($(cat ab-base/.ab-rev 2>/dev/null || echo '?')) and B (this tree) ..."
-build ab-base $(((jobs + 1) / 2)) "$RUNS/build-a.log" &
-pid_a=$!
-build . $(((jobs + 1) / 2)) "$RUNS/build-b.log"
-rc_b=$?
-wait "$pid_a"
-rc_a=$?
+rc_a=0
+rc_b=0
+if [ -z "${NO_BUILD:-}" ]; then
+  echo "building A ($(cat ab-base/.ab-rev 2>/dev/null || echo '?')) and B ($B_DIR) ..."
+  build ab-base $(((jobs + 1) / 2)) "$RUNS/build-a.log" &
+  pid_a=$!
+  build "$B_DIR" $(((jobs + 1) / 2)) "$RUNS/build-b.log"
+  rc_b=$?
+  wait "$pid_a"
+  rc_a=$?
+fi
 if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
   cat "$RUNS/build-a.log" "$RUNS/build-b.log" >"$OUT/ab-build.log"
   echo "error: build failed (A: $rc_a, B: $rc_b); see $OUT/ab-build.log" >&2
@@ -50,7 +62,7 @@ fi
 
 for ((round = 1; round <= ROUNDS; ++round)); do
   for side in A B; do
-    bin=build-ab/dsa-topk
+    bin="$B_DIR/build-ab/dsa-topk"
     [ "$side" = A ] && bin=ab-base/build-ab/dsa-topk
     echo "round $round/$ROUNDS, $side: dsa-topk bench ${args[*]}" | tee -a "$OUT/ab-log.txt"
     if ! "$bin" bench "${args[@]}" --json "$RUNS/$side-$round.json" >>"$OUT/ab-log.txt" 2>&1; then
@@ -61,9 +73,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   done
 done
 
-python3 - "$RUNS" "$OUT" "$ROUNDS" "$(cat ab-base/.ab-rev 2>/dev/null || echo '?')" "${args[*]}" <<'PY'
+python3 - "$RUNS" "$OUT" "$ROUNDS" "$(cat ab-base/.ab-rev 2>/dev/null || echo '?')" "${args[*]}" "$AB_NAME" "$B_DIR" <<'PY'
 import json, statistics, sys
-runs_dir, out, rounds, base_rev, cmd = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+runs_dir, out, rounds, base_rev, cmd, name, b_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
 runs = {s: [json.load(open(f"{runs_dir}/{s}-{r}.json")) for r in range(1, rounds + 1)] for s in "AB"}
 key = lambda row: (row["op"], row["dist"], row["layout"], row["T"], row["N"], row["K"], row["heads"])
 def times(side, field):
@@ -73,7 +85,7 @@ def times(side, field):
             if row.get(field, 0) > 0:
                 per_row.setdefault(key(row), []).append(row[field])
     return per_row
-lines = [f"# A/B: A = ab-base ({base_rev}), B = this tree", "",
+lines = [f"# A/B: A = ab-base ({base_rev}), B = {'this tree' if b_dir == '.' else b_dir}", "",
          f"`dsa-topk bench {cmd}`, {rounds} rounds alternating A, B; ms per round, medians, B / A (< 1: B faster).", ""]
 for run in runs["A"][:1] + runs["B"][:1]:
     c = run.get("ceilings", {})
@@ -89,6 +101,6 @@ for field in ("ms", "math_only_ms"):
         fa = " / ".join(f"{x:.3f}" for x in a[k])
         fb = " / ".join(f"{x:.3f}" for x in b[k])
         lines.append(f"| {' | '.join(str(x) for x in k)} | {field} | {fa} | {fb} | {mb / ma:.3f} |")
-open(f"{out}/ab.md", "w").write("\n".join(lines) + "\n")
+open(f"{out}/{name}.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
