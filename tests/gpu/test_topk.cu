@@ -36,11 +36,27 @@ using tools::Layout;
 using tools::ScoresProblem;
 
 constexpr int kAllK[] = {512, 1024, 2048};
-// Rows of at most kResidentMaxLen keys can run on either kernel: coverage
-// tests on such rows run both.
-constexpr TopkEngine kBothEngines[] = {TopkEngine::kSampled, TopkEngine::kResident};
+// The sampled kernel's geometries for K: 512 threads a row, and 1024
+// (one row per SM) where K allows it.
+std::vector<TopkEngine> sampled_engines(int K) {
+  std::vector<TopkEngine> e{TopkEngine::kSampled};
+  if (K % selection::topk::WideRows::kThreads == 0) e.push_back(TopkEngine::kSampledWide);
+  return e;
+}
+// Rows of at most kResidentMaxLen keys can run on every kernel and
+// geometry: coverage tests on such rows run each.
+std::vector<TopkEngine> all_engines(int K) {
+  std::vector<TopkEngine> e = sampled_engines(K);
+  e.push_back(TopkEngine::kResident);
+  return e;
+}
 std::string engine_name(TopkEngine e) {
-  return e == TopkEngine::kSampled ? "sampled" : e == TopkEngine::kResident ? "resident" : "auto";
+  switch (e) {
+    case TopkEngine::kSampled: return "sampled";
+    case TopkEngine::kSampledWide: return "sampled-wide";
+    case TopkEngine::kResident: return "resident";
+    default: return "auto";
+  }
 }
 using testing::DeviceArray;
 using testing::make_options;
@@ -146,7 +162,7 @@ TEST(TopkGpu, AllDistributionsAllKBoundaryLengths) {
       const ScoresProblem prob = tools::make_scores_problem(spec);
       for (const SelectOptions& o : {make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false),
                                      make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, true)}) {
-        for (TopkEngine engine : kBothEngines) {
+        for (TopkEngine engine : all_engines(K)) {
           SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) +
                        (o.sorted ? " deterministic/relative/sorted " : " any/absolute ") + engine_name(engine));
           EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
@@ -195,7 +211,7 @@ TEST(TopkGpu, OptionMatrix) {
     for (IndexBase base : {IndexBase::kAbsolute, IndexBase::kRelative}) {
       for (bool sorted : {false, true}) {
         for (bool values : {false, true}) {
-          for (TopkEngine engine : kBothEngines) {
+          for (TopkEngine engine : all_engines(spec.K)) {
             const SelectOptions o = make_options(1024, ties, base, sorted);
             SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
                                               << static_cast<int>(base) << " sorted " << sorted << " values "
@@ -225,7 +241,7 @@ TEST(TopkGpu, UnalignedHeadsAndTails) {
     for (std::int32_t s = 0; s < len; ++s) prob.scores[t * prob.stride + ks + s] = scrambled(t, s, len);
   }
   for (bool sorted : {false, true}) {
-    for (TopkEngine engine : kBothEngines) {
+    for (TopkEngine engine : all_engines(K)) {
       const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, sorted);
       SCOPED_TRACE(engine_name(engine));
       EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
@@ -249,7 +265,7 @@ TEST(TopkGpu, NonFiniteAndSignedZeroScores) {
   });
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-      for (TopkEngine engine : kBothEngines) {
+      for (TopkEngine engine : all_engines(K)) {
         const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
         SCOPED_TRACE("K=" + std::to_string(K) + " " + engine_name(engine));
         EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
@@ -340,14 +356,17 @@ TEST(TopkGpu, ForcedUnderflowPartialCandidates) {
   TopkHooks hooks;
   hooks.force_threshold = true;
   hooks.forced_threshold_key = score_key(static_cast<float>(tau_value));
-  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-    const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
-    const GpuResult r = run_gpu(prob, o, true, &hooks);
-    EXPECT_EXACT(prob, o, r.out);
-    expect_paths(r, prob, K, RowPath::kUnderflow);
-    for (const RowTrace& tr : r.trace) {
-      EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(copies * (top_value - tau_value)));
-      EXPECT_EQ(tr.count_eq, static_cast<std::uint32_t>(copies));
+  for (TopkEngine engine : sampled_engines(K)) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+      SCOPED_TRACE(engine_name(engine));
+      const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
+      EXPECT_EXACT(prob, o, r.out);
+      expect_paths(r, prob, K, RowPath::kUnderflow);
+      for (const RowTrace& tr : r.trace) {
+        EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(copies * (top_value - tau_value)));
+        EXPECT_EQ(tr.count_eq, static_cast<std::uint32_t>(copies));
+      }
     }
   }
 }
@@ -366,11 +385,14 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
     hooks.force_threshold = true;
     hooks.forced_threshold_key = 0;
     for (int K : {512, 2048}) {
-      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
-        const GpuResult r = run_gpu(prob, o, true, &hooks);
-        EXPECT_EXACT(prob, o, r.out);
-        expect_paths(r, prob, K, RowPath::kOverflow);
+      for (TopkEngine engine : sampled_engines(K)) {
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+          SCOPED_TRACE("K=" + std::to_string(K) + " " + engine_name(engine));
+          const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
+          EXPECT_EXACT(prob, o, r.out);
+          expect_paths(r, prob, K, RowPath::kOverflow);
+        }
       }
     }
   }
@@ -431,11 +453,14 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
   TopkHooks hooks;
   hooks.force_threshold = true;
   hooks.forced_threshold_key = score_key(5.0f);
-  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-    const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
-    const GpuResult r = run_gpu(prob, o, true, &hooks);
-    EXPECT_EXACT(prob, o, r.out);
-    expect_paths(r, prob, K, RowPath::kThresholdTie);
+  for (TopkEngine engine : sampled_engines(K)) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
+      SCOPED_TRACE(engine_name(engine));
+      const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
+      EXPECT_EXACT(prob, o, r.out);
+      expect_paths(r, prob, K, RowPath::kThresholdTie);
+    }
   }
 }
 
@@ -448,11 +473,13 @@ TEST(TopkGpu, ConcentratedTopValues) {
     const bool hot = s >= 90000 + t * 1000 && s < 90000 + t * 1000 + 6000;
     return hot ? 1000.0f + static_cast<float>(s % 977) : -static_cast<float>(s % 1009);
   });
-  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-    const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, true);
-    TopkHooks hooks;
-    const GpuResult r = run_gpu(prob, o, true, &hooks);
-    EXPECT_EXACT(prob, o, r.out);
+  for (TopkEngine engine : sampled_engines(2048)) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, true);
+      SCOPED_TRACE(engine_name(engine));
+      const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
+      EXPECT_EXACT(prob, o, r.out);
+    }
   }
 }
 
@@ -464,6 +491,11 @@ TEST(TopkGpu, SharedPlanFitsOccupancy) {
   namespace tk = selection::topk;
   for (int K : kAllK) {
     EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampled), tk::LongRows::kMinCtasPerSm) << "K=" << K;
+    if (K % tk::WideRows::kThreads == 0) {
+      EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), tk::WideRows::kMinCtasPerSm) << "K=" << K;
+    } else {
+      EXPECT_EQ(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), -1) << "K=" << K;
+    }
     EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows8K::kMaxLen), tk::ResidentRows8K::kMinCtasPerSm) << "K=" << K;
     EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows16K::kMaxLen), tk::ResidentRows16K::kMinCtasPerSm)
         << "K=" << K;
@@ -683,15 +715,17 @@ TEST(TopkGpuLong, MillionKeyRows) {
     spec.N = 1 << 20;
     const ScoresProblem prob = tools::make_scores_problem(spec);
     for (int K : kAllK) {
-      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, K == 2048);
-        TopkHooks hooks;
-        const GpuResult r = run_gpu(prob, o, true, &hooks);
-        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K));
-        EXPECT_EXACT(prob, o, r.out);
-        for (const RowTrace& tr : r.trace) {
-          EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow));
-          EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kUnderflow));
+      for (TopkEngine engine : sampled_engines(K)) {
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, K == 2048);
+          TopkHooks hooks;
+          const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
+          SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " " + engine_name(engine));
+          EXPECT_EXACT(prob, o, r.out);
+          for (const RowTrace& tr : r.trace) {
+            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow));
+            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kUnderflow));
+          }
         }
       }
     }
@@ -705,7 +739,8 @@ TEST(TopkGpuLong, CausalBatch128K) {
   spec.N = 131072;
   const ScoresProblem prob = tools::make_scores_problem(spec);
   const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kRelative, false);
-  EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);
+  EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);  // 64 rows <= the SM count: the wide geometry
+  EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, TopkEngine::kSampled).out);
 }
 
 }  // namespace

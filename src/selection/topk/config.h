@@ -30,6 +30,17 @@ struct LongRows {
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
 };
+// Launches of at most one row per SM (T <= the SM count, e.g. decode-sized
+// batches of long rows): one CTA is alone on its SM, the filter's loads in
+// flight are what bounds it, so the row gets 1024 threads (twice LongRows'
+// bytes in flight at the same 64 registers a thread). K >= 1024 (the sorted
+// write-out gives each thread K / kThreads slots).
+struct WideRows {
+  static constexpr int kThreads = 1024;
+  static constexpr int kMinCtasPerSm = 1;
+  static constexpr int kCandidateCapacity = 8192;
+  static constexpr int kMaxSamples = 8192;
+};
 
 // Filter pass: float4 loads in flight per thread per round; the round's 16
 // elements share one warp-aggregated append.

@@ -5,7 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "selection/topk/config.h"
 #include "selection/topk/resident_kernel.cuh"
@@ -18,70 +23,136 @@ Status cuda_error(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string("topk: ") + what + ": " + cudaGetErrorString(err)};
 }
 
-// The kernel instance and its shared-memory size; sets the attributes it
-// needs above the defaults (host-side attributes, not stream operations, so
-// graph capture is unaffected).
+// The kernel instance and its shared-memory size.
 struct Instance {
   const void* kernel;
   std::size_t smem_bytes;
   int threads;
 };
 
-Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_ctas_per_sm, Instance* out) {
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-  if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory size");
-  // The least carveout that keeps min_ctas_per_sm CTAs resident: the rest
-  // of the SM's 256 KB stays L1, which holds the filter's loads in flight
-  // (the largest carveout cost rows of N >= 64K 7-13 %, docs/perf-log.md).
-  int device = 0, sm_bytes = 0, reserved = 0;
-  err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
-  if (err != cudaSuccess) return cuda_error(err, "reading the device's shared-memory size");
-  const std::size_t needed = min_ctas_per_sm * (smem_bytes + static_cast<std::size_t>(reserved));
-  const int percent = static_cast<int>(std::min<std::size_t>(100, (100 * needed + sm_bytes - 1) / sm_bytes));
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
-  if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory carveout");
+// What the launcher needs of the current device, read once per device.
+struct DeviceLimits {
+  int sm_count = 0;
+  int smem_per_sm = 0;         // bytes of shared memory an SM has
+  int reserved_per_block = 0;  // bytes the runtime reserves per CTA
+};
+
+// Per-process memo of the device attributes and of the (kernel, device)
+// pairs whose function attributes are set: both are fixed for the
+// process's lifetime, and reading or setting them on every launch cost
+// host time on each call (the review's note in docs/perf-log.md).
+class LaunchCache {
+ public:
+  static LaunchCache& get() {
+    static LaunchCache cache;
+    return cache;
+  }
+
+  Status limits(int device, DeviceLimits* out) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = limits_.find(device); it != limits_.end()) {
+      *out = it->second;
+      return Status::Ok();
+    }
+    DeviceLimits l;
+    cudaError_t err = cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device);
+    if (err != cudaSuccess) return cuda_error(err, "reading the device's attributes");
+    limits_.emplace(device, l);
+    *out = l;
+    return Status::Ok();
+  }
+
+  // Sets the kernel's dynamic shared-memory size and the least carveout
+  // that keeps min_ctas_per_sm CTAs resident (the rest of the SM's 256 KB
+  // stays L1, which holds the filter's loads in flight: the largest
+  // carveout cost rows of N >= 64K 7-13 %, docs/perf-log.md), once per
+  // kernel and device. Host-side attributes, not stream operations: graph
+  // capture is unaffected.
+  Status prepare(const void* kernel, std::size_t smem_bytes, int min_ctas_per_sm, int device,
+                 const DeviceLimits& l) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (prepared_.count({kernel, device}) != 0) return Status::Ok();
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory size");
+    const std::size_t needed = min_ctas_per_sm * (smem_bytes + static_cast<std::size_t>(l.reserved_per_block));
+    const int percent = static_cast<int>(std::min<std::size_t>(100, (100 * needed + l.smem_per_sm - 1) / l.smem_per_sm));
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+    if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory carveout");
+    prepared_.insert({kernel, device});
+    return Status::Ok();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, DeviceLimits> limits_;
+  std::set<std::pair<const void*, int>> prepared_;
+};
+
+Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_ctas_per_sm, int device,
+               const DeviceLimits& limits, Instance* out) {
+  const Status st = LaunchCache::get().prepare(kernel, smem_bytes, min_ctas_per_sm, device, limits);
+  if (!st.ok()) return st;
   *out = {kernel, smem_bytes, threads};
   return Status::Ok();
 }
 
 template <int K, class G>
-Status prepare_sampled(Instance* out) {
+Status prepare_sampled(int device, const DeviceLimits& limits, Instance* out) {
   return prepare(reinterpret_cast<const void*>(&topk_kernel<K, G>), sizeof(typename Config<K, G>::SharedStorage),
-                 G::kThreads, G::kMinCtasPerSm, out);
+                 G::kThreads, G::kMinCtasPerSm, device, limits, out);
 }
 
 template <int K, class R>
-Status prepare_resident(Instance* out) {
+Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
   return prepare(reinterpret_cast<const void*>(&topk_resident_kernel<K, R>),
-                 sizeof(typename ResidentConfig<K, R>::SharedStorage), R::kThreads, R::kMinCtasPerSm, out);
+                 sizeof(typename ResidentConfig<K, R>::SharedStorage), R::kThreads, R::kMinCtasPerSm, device,
+                 limits, out);
 }
 
 // Rows are at most num_cols long (known on the host without reading
 // ks/ke). Up to kResidentMaxLen the row fits shared memory: the resident
 // kernel, the geometry with the most rows per SM that holds it; longer rows
-// (or a pinned kSampled) take the sampled kernel.
+// (or a pinned kSampled) take the sampled kernel, at 1024 threads a row
+// when the launch has at most one row per SM (then each CTA is alone on
+// its SM and more threads keep more of the row in flight).
 template <int K>
-Status prepare_for(std::int64_t num_cols, TopkEngine engine, Instance* out) {
+Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
+  constexpr bool kWideFits = K % WideRows::kThreads == 0;
   if (engine == TopkEngine::kResident && num_cols > kResidentMaxLen) {
     return {StatusCode::kInvalidArgument, "topk: the resident kernel takes rows of at most " +
                                               std::to_string(kResidentMaxLen) + " keys (num_cols " +
                                               std::to_string(num_cols) + ")"};
   }
-  if (engine != TopkEngine::kSampled && num_cols <= kResidentMaxLen) {
-    return num_cols <= ResidentRows8K::kMaxLen ? prepare_resident<K, ResidentRows8K>(out)
-                                               : prepare_resident<K, ResidentRows16K>(out);
+  if (engine == TopkEngine::kSampledWide && !kWideFits) {
+    return {StatusCode::kInvalidArgument, "topk: the wide sampled geometry needs K >= " +
+                                              std::to_string(WideRows::kThreads) + " (K " + std::to_string(K) + ")"};
   }
-  return prepare_sampled<K, LongRows>(out);
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return cuda_error(err, "cudaGetDevice");
+  DeviceLimits limits;
+  const Status st = LaunchCache::get().limits(device, &limits);
+  if (!st.ok()) return st;
+  const bool sampled = engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide;
+  if (!sampled && num_cols <= kResidentMaxLen) {
+    return num_cols <= ResidentRows8K::kMaxLen ? prepare_resident<K, ResidentRows8K>(device, limits, out)
+                                               : prepare_resident<K, ResidentRows16K>(device, limits, out);
+  }
+  if constexpr (kWideFits) {
+    const bool wide = engine == TopkEngine::kSampledWide || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count);
+    if (wide) return prepare_sampled<K, WideRows>(device, limits, out);
+  }
+  return prepare_sampled<K, LongRows>(device, limits, out);
 }
 
-Status prepare_for(int k, std::int64_t num_cols, TopkEngine engine, Instance* out) {
+Status prepare_for(int k, std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
   switch (k) {
-    case 512: return prepare_for<512>(num_cols, engine, out);
-    case 1024: return prepare_for<1024>(num_cols, engine, out);
-    case 2048: return prepare_for<2048>(num_cols, engine, out);
+    case 512: return prepare_for<512>(num_rows, num_cols, engine, out);
+    case 1024: return prepare_for<1024>(num_rows, num_cols, engine, out);
+    case 2048: return prepare_for<2048>(num_rows, num_cols, engine, out);
     default: return {StatusCode::kInternal, "topk: K " + std::to_string(k) + " has no kernel"};
   }
 }
@@ -105,8 +176,9 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.trace,
                         hooks.row_mask};
   Instance inst{};
-  const TopkEngine engine = hooks.force_threshold ? TopkEngine::kSampled : hooks.engine;
-  const Status st = prepare_for(params.options.k, params.num_cols, engine, &inst);
+  TopkEngine engine = hooks.engine;
+  if (hooks.force_threshold && engine != TopkEngine::kSampledWide) engine = TopkEngine::kSampled;
+  const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
   if (!st.ok()) return st;
   void* args[] = {const_cast<KernelParams*>(&kp)};
   const cudaError_t err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)),
@@ -116,7 +188,8 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
 
 int topk_ctas_per_sm(int k, std::int64_t num_cols, TopkEngine engine) {
   Instance inst{};
-  if (!prepare_for(k, num_cols, engine, &inst).ok()) return -1;
+  // kAuto: as for a launch of more rows than SMs.
+  if (!prepare_for(k, std::numeric_limits<std::int64_t>::max(), num_cols, engine, &inst).ok()) return -1;
   int ctas = 0;
   const cudaError_t err =
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, inst.kernel, inst.threads, inst.smem_bytes);

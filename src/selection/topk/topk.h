@@ -26,9 +26,12 @@ enum class RowPath : std::uint32_t {
 
 // Which kernel runs the rows (TopkHooks::engine).
 enum class TopkEngine {
-  kAuto,      // the resident kernel for num_cols <= kResidentMaxLen, else sampled
-  kSampled,   // the sampled-threshold kernel (topk_kernel.cuh) at any length
-  kResident,  // the resident kernel; num_cols must be <= kResidentMaxLen
+  kAuto,         // the resident kernel for num_cols <= kResidentMaxLen, else
+                 //   sampled: wide when num_rows <= the SM count and K >= 1024
+  kSampled,      // the sampled-threshold kernel (topk_kernel.cuh) at any length,
+                 //   512 threads a row (LongRows)
+  kSampledWide,  // the sampled kernel at 1024 threads a row (WideRows); K >= 1024
+  kResident,     // the resident kernel; num_cols must be <= kResidentMaxLen
 };
 
 // What one row did, written by the kernel when TopkHooks::trace is set.
@@ -54,8 +57,9 @@ struct TopkHooks {
   // (nothing written). The fused operator's repair finishes only the rows it
   // flagged.
   const std::uint32_t* row_mask = nullptr;
-  // Tests pin the kernel (force_threshold implies kSampled: only it has a
-  // threshold to force).
+  // Tests pin the kernel (force_threshold implies a sampled geometry: only
+  // the sampled kernel has a threshold to force; kAuto and kResident become
+  // kSampled).
   TopkEngine engine = TopkEngine::kAuto;
 };
 
@@ -64,7 +68,8 @@ struct TopkHooks {
 // if the launch fails.
 Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHooks& hooks = {});
 
-// CTAs of the kernel launch_topk picks for (k, num_cols, engine) that the
+// CTAs of the kernel launch_topk picks for (k, num_cols, engine; kAuto as
+// for a launch of more rows than SMs) that the
 // device keeps resident per SM, or -1 on a CUDA error or an engine that
 // cannot take num_cols (tests check the shared plan fits the geometry's
 // occupancy).
