@@ -38,10 +38,15 @@ struct Batch {
   static constexpr int kElements = Groups * kGroupSize;
   float value[Groups][kGroupSize];
   std::int32_t pos0[Groups];
+  std::int32_t group_stride;  // pos0[u] == pos0[0] + u * group_stride
   std::uint32_t valid;
   __device__ __forceinline__ bool present(int e) const { return (valid >> e) & 1u; }
   __device__ __forceinline__ float at(int e) const { return value[e / kGroupSize][e % kGroupSize]; }
   __device__ __forceinline__ std::int32_t pos(int e) const { return pos0[e / kGroupSize] + e % kGroupSize; }
+  // pos(e) for an e known only at run time, without indexing the registers.
+  __device__ __forceinline__ std::int32_t pos_at(int e) const {
+    return pos0[0] + (e / kGroupSize) * group_stride + e % kGroupSize;
+  }
 };
 
 // Calls fn(batch) over the row [0, len): every thread of the block calls fn
@@ -59,6 +64,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   for (std::int32_t base = 0; base < vectors; base += Threads * Groups) {
     Batch<Groups> b;
     b.valid = 0;
+    b.group_stride = kGroupSize * Threads;
 #pragma unroll
     for (int u = 0; u < Groups; ++u) {
       const std::int32_t i = base + u * Threads + tid;
@@ -76,6 +82,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const std::int32_t pos = tid < head ? tid : tail_start + (tid - head);
   const bool present = tid < head || pos < len;
   Batch<Groups> b{};
+  b.group_stride = kGroupSize * Threads;
   b.value[0][0] = present ? __ldg(row + pos) : 0.f;
   b.pos0[0] = pos;
   b.valid = present ? 1u : 0u;
@@ -117,9 +124,14 @@ struct CandidateSink {
 // and == tau into count_gt / count_eq and appends them to the sink while there
 // is room. A warp round (32 threads x 16 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group.
+// Each thread then visits only its own set bits (a warp loops as often as
+// its busiest lane, usually once or twice, instead of 16 predicated slots);
+// a candidate's key is read again from the row (`row`: the batch's
+// positions index it; the line was just loaded), since its register cannot
+// be picked by a run-time index.
 template <int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
-                                             std::uint32_t& count_gt, std::uint32_t& count_eq) {
+                                             const float* row, std::uint32_t& count_gt, std::uint32_t& count_eq) {
   constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
@@ -131,25 +143,16 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
-#pragma unroll
-    for (int e = 0; e < Batch<Groups>::kElements; ++e) {
-      if ((gt >> e) & 1u) {
-        if (slot < sink.capacity) {
-          sink.keys[slot] = score_key(b.at(e));
-          sink.pos[slot] = b.pos(e);
-        }
-        ++slot;
-      }
+    for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
+      const std::int32_t pos = b.pos_at(__ffs(m) - 1);
+      sink.keys[slot] = score_key(__ldg(row + pos));
+      sink.pos[slot] = pos;
     }
   }
   if (__any_sync(kFullWarp, eq != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
-#pragma unroll
-    for (int e = 0; e < Batch<Groups>::kElements; ++e) {
-      if ((eq >> e) & 1u) {
-        if (slot < sink.tie_capacity) sink.tie_pos[slot] = b.pos(e);
-        ++slot;
-      }
+    for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
+      sink.tie_pos[slot] = b.pos_at(__ffs(m) - 1);
     }
   }
 }

@@ -237,7 +237,7 @@ class RowSelect {
     std::uint32_t count_gt = 0, count_eq = 0;
     const auto pass = [&](const auto& threshold) {
       device::for_each_row_batch<G::kThreads, kLoadUnroll>(row_, len_, [&](const auto& batch) {
-        device::filter_batch(batch, threshold, sink, count_gt, count_eq);
+        device::filter_batch(batch, threshold, sink, row_, count_gt, count_eq);
       });
     };
     if (device::float_comparable(tau)) {
