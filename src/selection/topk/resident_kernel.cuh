@@ -200,10 +200,9 @@ class ResidentRow {
   // (if that is below rank, no bin holds it and the pick is undefined). Each thread
   // owns kBinsPerThread consecutive bins: after the histogram barrier it
   // reads and re-zeroes them, so the histogram is zero for the next pass.
-  // kWholeRow: the first pass, where every key counts and a warp's lanes
-  // may share bins (tie-heavy rows): merged atomics. Later windows are one
-  // bin of the pass before: few keys fall in them, and those take a plain
-  // atomic each behind one compare (the pass's cost per key).
+  // Every pass takes a plain atomic per key in the window (experiment: the
+  // +1 form compiles to ATOMS.POPC.INC; kWholeRow no longer changes the
+  // code, it only names the first pass).
   // Needs the histogram zero and the keys visible at entry; ends with a
   // barrier, every thread gets the pick.
   template <bool kWholeRow>
@@ -213,11 +212,7 @@ class ResidentRow {
       const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        if constexpr (kWholeRow) {
-          device::warp_histogram_add_sparse(histogram, w.holds(key[j]), w.bin(key[j]));
-        } else if (w.holds(key[j])) {
-          atomicAdd(&histogram[w.bin(key[j])], 1u);
-        }
+        if (w.holds(key[j])) atomicAdd(&histogram[w.bin(key[j])], 1u);
       }
     });
     __syncthreads();
