@@ -63,20 +63,20 @@ class ResidentRow {
     const std::uint32_t lo = sampled_floor(row_lo, hi);
     std::uint32_t above = 0, rank = K, in_window = 0;
     KeyWindow w(lo, hi);
-    typename Cfg::BinPick pick = pick_bin<true>(w, rank, in_window);
+    typename Cfg::BinPick pick = pick_bin(w, rank, in_window);
     trace.threshold_passes = 1;
     if (in_window < rank) {  // the sampled floor lies above the K-th key
       above = in_window;
       rank -= in_window;
       w = KeyWindow(row_lo, lo - 1);
-      pick = pick_bin<true>(w, rank, in_window);
+      pick = pick_bin(w, rank, in_window);
       ++trace.threshold_passes;
     }
     while (w.shift != 0) {
       above += pick.above;
       rank -= pick.above;
       w = KeyWindow(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
-      pick = pick_bin<false>(w, rank, in_window);
+      pick = pick_bin(w, rank, in_window);
       ++trace.threshold_passes;
     }
     const std::uint32_t kth = w.bin_top(pick.bin);
@@ -200,12 +200,12 @@ class ResidentRow {
   // (if that is below rank, no bin holds it and the pick is undefined). Each thread
   // owns kBinsPerThread consecutive bins: after the histogram barrier it
   // reads and re-zeroes them, so the histogram is zero for the next pass.
-  // Every pass takes a plain atomic per key in the window (experiment: the
-  // +1 form compiles to ATOMS.POPC.INC; kWholeRow no longer changes the
-  // code, it only names the first pass).
+  // Every pass takes a plain atomic per key in the window (an add of 1
+  // compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes first
+  // (shuffle, vote, __match_any_sync) measured slower on every
+  // distribution, tie-heavy rows included (docs/perf-log.md, "Session 6").
   // Needs the histogram zero and the keys visible at entry; ends with a
   // barrier, every thread gets the pick.
-  template <bool kWholeRow>
   __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank, std::uint32_t& in_window) {
     std::uint32_t* const histogram = sh_.work.histogram;
     for_each_group([&](std::int32_t, const uint4& k) {
