@@ -15,7 +15,7 @@
 # the report is $OUT/$AB_NAME.md), NO_BUILD=1 (reuse both sides' build-ab
 # from an earlier run in the same call).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-$PWD/ab-out}"
 mkdir -p "$OUT"
 RUNS="$(mktemp -d)"
