@@ -112,8 +112,12 @@ __device__ __forceinline__ void warp_histogram_add_merged(std::uint32_t* histogr
 }
 
 // Adds one to histogram[bin] for every lane with `counted`, merged: a warp
-// costs one shared atomic per distinct bin (the candidates of a row share
-// their high digits, and unmerged atomics on one bin serialise).
+// costs one shared atomic per distinct bin. Written for candidates that
+// share their high digits, on the assumption that unmerged atomics on one
+// bin serialise; session 6 measured the resident top-k's passes 12-27 %
+// faster with plain atomics (+1, ATOMS.POPC.INC) on every distribution, tie-
+// heavy rows included, so the assumption is doubtful here too: the branch
+// experiment/radix-plain-atomics measures it (docs/perf-log.md).
 __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
   if (__any_sync(kFullWarp, counted)) warp_histogram_add_merged(histogram, counted, bin);
 }
@@ -184,7 +188,8 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
 // warp_histogram_add for histograms of any size whose bins are usually
 // distinct within a warp (linear bins over a row's key range): a plain
 // atomic per lane, merged with __match_any_sync only when a lane's bin
-// equals its neighbour's (tie-heavy rows), which would serialise.
+// equals its neighbour's (tie-heavy rows). Only the resident kernel's floor
+// samples still use it; its passes dropped it (see warp_histogram_add).
 __device__ __forceinline__ void warp_histogram_add_sparse(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
   const std::uint32_t mine = counted ? bin : 0xFFFFFFFFu;
   const std::uint32_t next = __shfl_down_sync(kFullWarp, mine, 1);

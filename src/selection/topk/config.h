@@ -1,7 +1,8 @@
-// Compile-time shape of the standalone top-k kernel (docs/design.md, "GPU
-// top-k"): the two launch geometries, the sampling/threshold constants of the
-// selection model, the candidate capacities and the shared-memory plan the
-// launcher sizes with sizeof.
+// Compile-time shape of the standalone top-k kernels (docs/design.md, "GPU
+// top-k"): the launch geometries (sampled kernel: LongRows, WideRows;
+// resident kernel: ResidentRows8K, ResidentRows16K), the sampling/threshold
+// constants of the selection model, the candidate capacities and the
+// shared-memory plans the launcher sizes with sizeof.
 #pragma once
 
 #include <cub/block/block_radix_sort.cuh>
