@@ -71,7 +71,7 @@ struct SelectArgs {
 };
 
 template <int K, int Threads>
-__global__ void __launch_bounds__(Threads) select_kernel(const SelectArgs a) {
+__global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) {
   using Cfg = SelectConfig<K, Threads>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
