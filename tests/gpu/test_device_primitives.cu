@@ -45,15 +45,9 @@ __global__ void compare_fast_keys(unsigned long long* mismatches, std::uint32_t*
 }
 
 // One warp adds to a 4096-bin histogram: lane 0 uncounted, lanes 1..31
-// counted in bin `bin` (sparse: also with lanes 16..31 in bin + 1).
-__global__ void add_one_warp(std::uint32_t* histogram, std::uint32_t bin, bool sparse) {
-  const unsigned lane = threadIdx.x;
-  const std::uint32_t mine = sparse && lane >= 16 ? bin + 1 : bin;
-  if (sparse) {
-    selection::device::warp_histogram_add_sparse(histogram, lane != 0, mine);
-  } else {
-    selection::device::warp_histogram_add(histogram, lane != 0, mine);
-  }
+// counted in bin `bin`.
+__global__ void add_one_warp(std::uint32_t* histogram, std::uint32_t bin) {
+  selection::device::warp_histogram_add(histogram, threadIdx.x != 0, bin);
 }
 
 template <typename T>
@@ -109,24 +103,17 @@ TEST(DevicePrimitives, KeyMapMatchesHost) {
 // 256 (a real bin of the sampled top-k's 4096-bin threshold histogram) and
 // the lowest, uncounted, lane led the counted lanes of bin 256.
 TEST(DevicePrimitives, MergedHistogramAddCountsEveryCountedLane) {
-  for (bool sparse : {false, true}) {
-    for (std::uint32_t bin : {0u, 5u, 255u, 256u, 257u, 4094u}) {
-      DeviceArray<std::uint32_t> histogram(4096);
-      CUDA_OK(cudaMemset(histogram.ptr, 0, 4096 * sizeof(std::uint32_t)));
-      add_one_warp<<<1, 32>>>(histogram.ptr, bin, sparse);
-      CUDA_OK(cudaGetLastError());
-      std::vector<std::uint32_t> h(4096);
-      CUDA_OK(cudaMemcpy(h.data(), histogram.ptr, h.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
-      if (sparse) {
-        EXPECT_EQ(h[bin], 15u) << "bin " << bin;  // lanes 1..15
-        EXPECT_EQ(h[bin + 1], 16u) << "bin " << bin;
-      } else {
-        EXPECT_EQ(h[bin], 31u) << "bin " << bin;
-      }
-      std::uint64_t total = 0;
-      for (std::uint32_t c : h) total += c;
-      EXPECT_EQ(total, 31u) << "bin " << bin << (sparse ? " sparse" : "");
-    }
+  for (std::uint32_t bin : {0u, 5u, 255u, 256u, 257u, 4094u}) {
+    DeviceArray<std::uint32_t> histogram(4096);
+    CUDA_OK(cudaMemset(histogram.ptr, 0, 4096 * sizeof(std::uint32_t)));
+    add_one_warp<<<1, 32>>>(histogram.ptr, bin);
+    CUDA_OK(cudaGetLastError());
+    std::vector<std::uint32_t> h(4096);
+    CUDA_OK(cudaMemcpy(h.data(), histogram.ptr, h.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(h[bin], 31u) << "bin " << bin;
+    std::uint64_t total = 0;
+    for (std::uint32_t c : h) total += c;
+    EXPECT_EQ(total, 31u) << "bin " << bin;
   }
 }
 

@@ -185,22 +185,6 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
   return broadcast;
 }
 
-// warp_histogram_add for histograms of any size whose bins are usually
-// distinct within a warp (linear bins over a row's key range): a plain
-// atomic per lane, merged with __match_any_sync only when a lane's bin
-// equals its neighbour's (tie-heavy rows). Only the resident kernel's floor
-// samples still use it; its passes dropped it (see warp_histogram_add).
-__device__ __forceinline__ void warp_histogram_add_sparse(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
-  const std::uint32_t mine = counted ? bin : 0xFFFFFFFFu;
-  const std::uint32_t next = __shfl_down_sync(kFullWarp, mine, 1);
-  const bool run = counted && lane_id() < kWarpSize - 1 && mine == next;
-  if (__any_sync(kFullWarp, run)) {
-    warp_histogram_add_merged(histogram, counted, bin);
-  } else if (counted) {
-    atomicAdd(&histogram[bin], 1u);
-  }
-}
-
 // The k-th largest key (1 <= k <= set size) of the set that
 // `for_each_key(fn)` visits: every thread of the block calls it, and it makes
 // every thread call fn(key, present) the same number of times (converged

@@ -188,7 +188,7 @@ class ResidentRow {
     const auto pos = static_cast<std::int32_t>((2 * i + 1) * len_ / (2 * R::kThreads));
     const KeyWindow w(lo, hi);
     const std::uint32_t key = sh_.row.keys[pos + misalign_];
-    device::warp_histogram_add_sparse(sh_.work.histogram, true, w.bin(key));
+    atomicAdd(&sh_.work.histogram[w.bin(key)], 1u);  // plain, as the passes (pick_bin)
     __syncthreads();
     std::uint32_t samples = 0;
     const typename Cfg::BinPick pick = pick_from_histogram(static_cast<std::uint32_t>(j), samples);
