@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "common/keys.h"
+#include "common/launch_cache.h"
 #include "fused/select_kernel.cuh"
 #include "fused/sinks.cuh"
 #include "fused/threshold_kernel.cuh"
@@ -199,11 +200,23 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                              K,             hooks.force_threshold, hooks.forced_threshold_key, tau,
                              count,         unstaged,      hooks.trace};
     const int smem = static_cast<int>(std::max<std::int64_t>(l.plan.count, 1) * sizeof(std::uint32_t));
-    cudaError_t err = cudaFuncSetAttribute(threshold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err == cudaSuccess) {
-      threshold_kernel<<<static_cast<unsigned>(p.num_queries), kThresholdThreads, smem, stream>>>(args);
-      err = cudaGetLastError();
+    // The attribute allows the most samples any call has, set once per device.
+    int device = 0, unused = 0;
+    DeviceLimits limits;
+    Status st = LaunchCache::get().current(&device, &limits);
+    if (st.ok()) {
+      st = LaunchCache::get().once(
+          reinterpret_cast<const void*>(&threshold_kernel), device,
+          [](int*) -> Status {
+            const cudaError_t e = cudaFuncSetAttribute(threshold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(kMaxSamples * sizeof(std::uint32_t)));
+            return e == cudaSuccess ? Status::Ok() : cuda_error(e, "threshold kernel shared memory");
+          },
+          &unused);
     }
+    if (!st.ok()) return st;
+    threshold_kernel<<<static_cast<unsigned>(p.num_queries), kThresholdThreads, smem, stream>>>(args);
+    const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return cuda_error(err, "threshold kernel launch");
   }
 
@@ -241,29 +254,34 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                           p.options.sorted,
                           flags,
                           hooks.trace};
-    const auto launch_select = [&](auto threads) {
+    int device = 0;
+    DeviceLimits limits;
+    const Status st = LaunchCache::get().current(&device, &limits);
+    if (!st.ok()) return st;
+    const auto launch_select = [&](auto threads) -> Status {
       constexpr int kThreads = decltype(threads)::value;
       constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, kThreads>::SharedStorage));
       auto kernel = select_kernel<K, kThreads>;
-      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      if (e == cudaSuccess) {
-        kernel<<<static_cast<unsigned>(p.num_queries), kThreads, kSmem, stream>>>(args);
-        e = cudaGetLastError();
-      }
-      return e;
+      int unused = 0;
+      const Status set = LaunchCache::get().once(
+          reinterpret_cast<const void*>(kernel), device,
+          [&](int*) -> Status {
+            const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+            return e == cudaSuccess ? Status::Ok() : cuda_error(e, "select kernel shared memory");
+          },
+          &unused);
+      if (!set.ok()) return set;
+      kernel<<<static_cast<unsigned>(p.num_queries), kThreads, kSmem, stream>>>(args);
+      const cudaError_t e = cudaGetLastError();
+      return e == cudaSuccess ? Status::Ok() : cuda_error(e, "select kernel launch");
     };
-    int device = 0, sm_count = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) {
-      // Fewer rows than two per SM: wide blocks (one row's latency is the stage).
-      const bool wide = hooks.select_width == FusedHooks::SelectWidth::kByRows
-                            ? p.num_queries <= 2 * static_cast<std::int64_t>(sm_count)
-                            : hooks.select_width == FusedHooks::SelectWidth::kWide;
-      err = wide ? launch_select(std::integral_constant<int, kSelectThreadsWide<K>>{})
-                : launch_select(std::integral_constant<int, kSelectThreads>{});
-    }
-    if (err != cudaSuccess) return cuda_error(err, "select kernel launch");
+    // Fewer rows than two per SM: wide blocks (one row's latency is the stage).
+    const bool wide = hooks.select_width == FusedHooks::SelectWidth::kByRows
+                          ? p.num_queries <= 2 * static_cast<std::int64_t>(limits.sm_count)
+                          : hooks.select_width == FusedHooks::SelectWidth::kWide;
+    const Status launched = wide ? launch_select(std::integral_constant<int, kSelectThreadsWide<K>>{})
+                                 : launch_select(std::integral_constant<int, kSelectThreads>{});
+    if (!launched.ok()) return launched;
   }
 
   // Stage 4: repair (the flagged rows only).

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/launch_cache.h"
 #include "common/sm90/tma.h"
 #include "dsa_topk/dsa_topk.h"
 #include "scoring/scoring.h"
@@ -48,20 +49,31 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   constexpr int kSmemBytes = scoring_smem_bytes<Sink>();
   static_assert(kSmemBytes <= 227 * 1024, "scoring kernel shared memory exceeds the H100/H200 limit");
   auto kernel = indexer_scores_kernel<kHeads, Sink>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (err != cudaSuccess) return scoring_cuda_error(err, "scoring kernel shared memory");
   // Persistent: as many CTAs as fit at once (one per SM); schedule.cuh
-  // splits the work evenly among them on the device.
-  int device = 0, sm_count = 0, per_sm = 0;
-  err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes);
-  if (err != cudaSuccess) return scoring_cuda_error(err, "scoring kernel occupancy");
+  // splits the work evenly among them on the device. The shared-memory
+  // attribute and the occupancy are set and read once per device
+  // (LaunchCache).
+  int device = 0, per_sm = 0;
+  DeviceLimits limits;
+  st = LaunchCache::get().current(&device, &limits);
+  if (st.ok()) {
+    st = LaunchCache::get().once(
+        reinterpret_cast<const void*>(kernel), device,
+        [&](int* ctas) -> Status {
+          cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+          if (e != cudaSuccess) return scoring_cuda_error(e, "scoring kernel shared memory");
+          e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas, kernel, kThreads, kSmemBytes);
+          return e == cudaSuccess ? Status::Ok() : scoring_cuda_error(e, "scoring kernel occupancy");
+        },
+        &per_sm);
+  }
+  if (!st.ok()) return st;
   if (per_sm < 1) return {StatusCode::kCudaError, "scoring kernel: no CTA fits on an SM"};
+  const int sm_count = limits.sm_count;
   const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys};
   kernel<<<static_cast<unsigned>(sm_count * per_sm), kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args,
                                                                                        sink);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? Status::Ok() : scoring_cuda_error(err, "scoring kernel launch");
 }
 

@@ -6,12 +6,9 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <mutex>
-#include <set>
 #include <string>
-#include <utility>
 
+#include "common/launch_cache.h"
 #include "selection/topk/config.h"
 #include "selection/topk/resident_kernel.cuh"
 #include "selection/topk/topk_kernel.cuh"
@@ -30,70 +27,29 @@ struct Instance {
   int threads;
 };
 
-// What the launcher needs of the current device, read once per device.
-struct DeviceLimits {
-  int sm_count = 0;
-  int smem_per_sm = 0;         // bytes of shared memory an SM has
-  int reserved_per_block = 0;  // bytes the runtime reserves per CTA
-};
-
-// Per-process memo of the device attributes and of the (kernel, device)
-// pairs whose function attributes are set: both are fixed for the
-// process's lifetime, and reading or setting them on every launch cost
-// host time on each call (the review's note in docs/perf-log.md).
-class LaunchCache {
- public:
-  static LaunchCache& get() {
-    static LaunchCache cache;
-    return cache;
-  }
-
-  Status limits(int device, DeviceLimits* out) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    if (const auto it = limits_.find(device); it != limits_.end()) {
-      *out = it->second;
-      return Status::Ok();
-    }
-    DeviceLimits l;
-    cudaError_t err = cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device);
-    if (err != cudaSuccess) return cuda_error(err, "reading the device's attributes");
-    limits_.emplace(device, l);
-    *out = l;
-    return Status::Ok();
-  }
-
-  // Sets the kernel's dynamic shared-memory size and the least carveout
-  // that keeps min_ctas_per_sm CTAs resident (the rest of the SM's 256 KB
-  // stays L1, which holds the filter's loads in flight: the largest
-  // carveout cost rows of N >= 64K 7-13 %, docs/perf-log.md), once per
-  // kernel and device. Host-side attributes, not stream operations: graph
-  // capture is unaffected.
-  Status prepare(const void* kernel, std::size_t smem_bytes, int min_ctas_per_sm, int device,
-                 const DeviceLimits& l) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    if (prepared_.count({kernel, device}) != 0) return Status::Ok();
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-    if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory size");
-    const std::size_t needed = min_ctas_per_sm * (smem_bytes + static_cast<std::size_t>(l.reserved_per_block));
-    const int percent = static_cast<int>(std::min<std::size_t>(100, (100 * needed + l.smem_per_sm - 1) / l.smem_per_sm));
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
-    if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory carveout");
-    prepared_.insert({kernel, device});
-    return Status::Ok();
-  }
-
- private:
-  std::mutex mu_;
-  std::map<int, DeviceLimits> limits_;
-  std::set<std::pair<const void*, int>> prepared_;
-};
-
+// Sets the kernel's dynamic shared-memory size and the least carveout that
+// keeps min_ctas_per_sm CTAs resident (the rest of the SM's 256 KB stays
+// L1, which holds the filter's loads in flight: the largest carveout cost
+// rows of N >= 64K 7-13 %, docs/perf-log.md), once per kernel and device
+// (LaunchCache). Host-side attributes, not stream operations: graph capture
+// is unaffected.
 Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_ctas_per_sm, int device,
                const DeviceLimits& limits, Instance* out) {
-  const Status st = LaunchCache::get().prepare(kernel, smem_bytes, min_ctas_per_sm, device, limits);
+  int unused = 0;
+  const Status st = LaunchCache::get().once(
+      kernel, device,
+      [&](int*) -> Status {
+        cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+        if (err != cudaSuccess) return cuda_error(err, "setting the shared-memory size");
+        const std::size_t needed =
+            min_ctas_per_sm * (smem_bytes + static_cast<std::size_t>(limits.reserved_per_block));
+        const int percent = static_cast<int>(
+            std::min<std::size_t>(100, (100 * needed + limits.smem_per_sm - 1) / limits.smem_per_sm));
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+        return err == cudaSuccess ? Status::Ok() : cuda_error(err, "setting the shared-memory carveout");
+      },
+      &unused);
   if (!st.ok()) return st;
   *out = {kernel, smem_bytes, threads};
   return Status::Ok();
@@ -131,10 +87,8 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
                                               std::to_string(WideRows::kThreads) + " (K " + std::to_string(K) + ")"};
   }
   int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return cuda_error(err, "cudaGetDevice");
   DeviceLimits limits;
-  const Status st = LaunchCache::get().limits(device, &limits);
+  const Status st = LaunchCache::get().current(&device, &limits);
   if (!st.ok()) return st;
   const bool sampled = engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide;
   if (!sampled && num_cols <= kResidentMaxLen) {

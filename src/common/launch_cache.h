@@ -1,0 +1,80 @@
+// Per-process memo for kernel launchers (host code): the current device's
+// attributes, and one set-up per (kernel, device) - function attributes and
+// whatever the set-up derives from them (an occupancy). Both are fixed for
+// the process's lifetime; reading or setting them on every launch cost host
+// time on each call. Thread-safe; a failed set-up is not remembered, so the
+// next launch retries it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa {
+
+struct DeviceLimits {
+  int sm_count = 0;
+  int smem_per_sm = 0;         // bytes of shared memory an SM has
+  int reserved_per_block = 0;  // bytes the runtime reserves per CTA
+};
+
+class LaunchCache {
+ public:
+  static LaunchCache& get() {
+    static LaunchCache cache;
+    return cache;
+  }
+
+  // The current device and its limits.
+  Status current(int* device, DeviceLimits* out) {
+    cudaError_t err = cudaGetDevice(device);
+    if (err != cudaSuccess) return error(err, "cudaGetDevice");
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = limits_.find(*device); it != limits_.end()) {
+      *out = it->second;
+      return Status::Ok();
+    }
+    DeviceLimits l;
+    err = cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, *device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, *device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, *device);
+    if (err != cudaSuccess) return error(err, "reading the device's attributes");
+    limits_.emplace(*device, l);
+    *out = l;
+    return Status::Ok();
+  }
+
+  // Runs set_up(int* value) -> Status once per (kernel, device) and returns
+  // the value it stored (e.g. CTAs per SM) on every call.
+  template <class SetUp>
+  Status once(const void* kernel, int device, SetUp&& set_up, int* value) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto key = std::make_pair(kernel, device);
+    if (const auto it = done_.find(key); it != done_.end()) {
+      *value = it->second;
+      return Status::Ok();
+    }
+    int v = 0;
+    const Status st = set_up(&v);
+    if (!st.ok()) return st;
+    done_.emplace(key, v);
+    *value = v;
+    return Status::Ok();
+  }
+
+  static Status error(cudaError_t err, const char* what) {
+    return {StatusCode::kCudaError, std::string("kernel launch set-up: ") + what + ": " + cudaGetErrorString(err)};
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, DeviceLimits> limits_;
+  std::map<std::pair<const void*, int>, int> done_;
+};
+
+}  // namespace dsa
