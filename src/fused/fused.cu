@@ -157,7 +157,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
 
   using Route = FusedHooks::Route;
   const bool staged = hooks.route == Route::kStaged ||
-                      (hooks.route == Route::kByShape && !hooks.force_threshold && p.num_keys <= kStagedMaxKeys);
+                      (hooks.route == Route::kByShape && !hooks.force_threshold && (p.num_keys <= kStagedMaxKeys || static_cast<std::size_t>(p.num_queries) * static_cast<std::size_t>(p.num_keys) * sizeof(float) <= kRepairBytes));
   if (staged) {
     if (hooks.trace != nullptr) {
       mark_staged_kernel<<<static_cast<unsigned>((p.num_queries + 255) / 256), 256, 0, stream>>>(hooks.trace,
