@@ -31,6 +31,14 @@ Status cuda_error(cudaError_t err, const char* what) {
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// Floats per rescored row, and the rows one batch of the repair (and
+// staged) buffer holds.
+std::int64_t repair_stride(std::int64_t num_keys) { return std::max<std::int64_t>(4, (num_keys + 3) / 4 * 4); }
+std::int64_t repair_batch_rows(std::int64_t num_keys) {
+  return std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(kRepairBytes / (static_cast<std::size_t>(repair_stride(num_keys)) * sizeof(float))));
+}
+
 // Every step-th key, starting at offset, is a sample: about N/32 of them
 // (at most kMaxSamples, at least min(N, kMinSamples)), so sampling costs
 // ~3 % of the work; e = S*K/N samples fall in a full row's top K (64 at K =
@@ -64,10 +72,8 @@ Layout layout(const IndexerTopkParams& p) {
   const auto T = static_cast<std::size_t>(p.num_queries);
   l.plan = sample_plan(p.num_keys);
   l.capacity = candidate_capacity(p.options.k);
-  l.repair_stride = std::max<std::int64_t>(4, (p.num_keys + 3) / 4 * 4);
-  l.repair_rows = std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(kRepairBytes / (static_cast<std::size_t>(l.repair_stride) * sizeof(float))), 1,
-      std::max<std::int64_t>(p.num_queries, 1));
+  l.repair_stride = repair_stride(p.num_keys);
+  l.repair_rows = std::min<std::int64_t>(repair_batch_rows(p.num_keys), std::max<std::int64_t>(p.num_queries, 1));
   const auto S = static_cast<std::size_t>(l.plan.count);
   std::size_t at = 0;
   const auto take = [&](std::size_t bytes) {
@@ -157,7 +163,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
 
   using Route = FusedHooks::Route;
   const bool staged = hooks.route == Route::kStaged ||
-                      (hooks.route == Route::kByShape && !hooks.force_threshold && (p.num_keys <= kStagedMaxKeys || static_cast<std::size_t>(p.num_queries) * static_cast<std::size_t>(p.num_keys) * sizeof(float) <= kRepairBytes));
+                      (hooks.route == Route::kByShape && !hooks.force_threshold && staged_by_shape(p.num_queries, p.num_keys));
   if (staged) {
     if (hooks.trace != nullptr) {
       mark_staged_kernel<<<static_cast<unsigned>((p.num_queries + 255) / 256), 256, 0, stream>>>(hooks.trace,
@@ -289,6 +295,10 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
 }
 
 }  // namespace
+
+bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys) {
+  return num_keys <= kStagedMaxKeys || num_queries <= repair_batch_rows(num_keys);
+}
 
 std::size_t workspace_size(const IndexerTopkParams& params) {
   if (params.num_queries == 0) return 0;

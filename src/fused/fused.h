@@ -15,7 +15,7 @@
 //      a row whose certificate fails is flagged;
 //   4. repair: flagged rows are rescored into a bounded buffer, batch by
 //      batch, and finished by the standalone top-k (exact by construction).
-// Keys of at most kStagedMaxKeys take the staged route instead: every row
+// Shapes staged_by_shape() picks take the staged route instead: every row
 // goes the repair path's way (scores of a batch of rows into the bounded
 // buffer, then the standalone top-k). Short rows make the fused filter
 // stage about half of their scores (K is a third to a half of an 8K row),
@@ -43,6 +43,13 @@ enum class FusedPath : std::uint32_t {
 // 2.508) and slower from 64K (4.855 against 4.662): docs/perf-log.md,
 // "Session 5".
 inline constexpr std::int64_t kStagedMaxKeys = 32768;
+
+// The route FusedHooks::Route::kByShape takes: staged when num_keys <=
+// kStagedMaxKeys, or when every row's scores fit one batch of the staged
+// buffer (256 MB: one scoring launch and one top-k launch). With the top-k
+// of session 6 the unfused pipeline beat the fused stages there too
+// (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161).
+bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys);
 
 struct FusedRowTrace {
   FusedPath path;

@@ -410,13 +410,17 @@ TEST(FusedGpu, SmallIntegerAgainstCpuReference) {
   }
 }
 
-// The route by shape: keys up to kStagedMaxKeys staged, one more fused (the
-// trace says which); the staged route pinned at a longer N; every answer
-// the unfused one.
+// The route by shape: keys up to kStagedMaxKeys staged; one more key
+// staged while every row fits one batch of the staged buffer (T = 40), fused
+// past it (T = 2100: 2100 x 32772 floats > 256 MB); the trace says which.
+// The staged route pinned at a longer N; every answer the unfused one.
 TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
   const int K = 2048;
-  for (std::int64_t N : {fused::kStagedMaxKeys, fused::kStagedMaxKeys + 1}) {
-    const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, 40, N, K, 64, 0, 21);
+  const std::int64_t past = fused::kStagedMaxKeys + 1;
+  for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{40, fused::kStagedMaxKeys}, {40, past}, {2100, past}}) {
+    const bool want_staged = fused::staged_by_shape(T, N);
+    EXPECT_EQ(want_staged, T == 40) << "T=" << T << " N=" << N;  // the rule itself
+    const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, T, N, K, 64, 0, 21);
     DeviceProblem dev(prob);
     Unfused oracle(dev);
     SCOPED_TRACE(describe(prob, K));
@@ -425,7 +429,7 @@ TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
     for (const SelectOptions& o : {deterministic(K), make_options(K, TieBreak::kAny, IndexBase::kRelative, false)}) {
       const FusedResult a = run_fused(dev, o, true, &by_shape, /*keep_route=*/true);
       expect_matches_unfused(oracle, o, a.out);
-      const FusedPath want = N <= fused::kStagedMaxKeys ? FusedPath::kStaged : FusedPath::kCertified;
+      const FusedPath want = want_staged ? FusedPath::kStaged : FusedPath::kCertified;
       for (std::int64_t t = 0; t < prob.T; ++t) {
         if (row_len(prob, t) <= K) continue;
         const FusedPath got = a.trace[t].path;
