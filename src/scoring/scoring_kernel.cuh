@@ -213,8 +213,9 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
   for (std::uint32_t u = 0;; ++u) {
     const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
     sm90::barrier_wait(&smem.unit_full[slot], use & 1u);
-    // Lane 0 reads the unit (and alone gives the slot back): every read of
-    // it is ordered before the scheduler's next write by the lane's own arrival.
+    // Lane 0 reads the unit and broadcasts it (one shared load per warp);
+    // every read of the slot is ordered before the scheduler's next write by
+    // the reading thread's own arrival on unit_empty.
     Unit unit;
     if (lane == 0) unit = smem.unit[slot];
     unit.t0 = __shfl_sync(0xFFFFFFFFu, unit.t0, 0);
@@ -276,9 +277,11 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
     if (kDeferPut && held.key0 >= 0) put_held();
     sink.finish(lane_state, sink_smem, t0, lane);
     // Every read of the slot (Q by the warpgroup's products, which have
-    // completed, and half_w) is done.
-    __syncwarp();
-    if (lane == 0) sm90::barrier_arrive(&smem.unit_empty[slot]);
+    // completed, and this thread's half_w loads) is done. Every math thread
+    // arrives: one lane's arrival after __syncwarp orders its warp's reads
+    // too, but racecheck does not see that order and reported the
+    // scheduler's next half_w write as a race once a CTA reused a slot.
+    sm90::barrier_arrive(&smem.unit_empty[slot]);
   }
 }
 
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kUnitSlots; ++s) {
       sm90::barrier_init(&smem.unit_full[s], 32);
       sm90::barrier_init(&smem.q_full[s], 1);
-      sm90::barrier_init(&smem.unit_empty[s], kThreads / 32 - 4);  // the math warps
+      sm90::barrier_init(&smem.unit_empty[s], 128 * kMathWarpgroups);  // every math thread
     }
     sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
