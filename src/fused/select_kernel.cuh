@@ -49,7 +49,7 @@ struct SelectConfig {
     std::int32_t pos[kStaged];
     selection::device::RadixShared radix;
     std::uint32_t emitted;
-    std::uint32_t lo, hi;  // bounds of the candidate keys
+    selection::device::BlockKeyRange<Threads> key_range;  // of the candidate keys
   };
 };
 
@@ -92,11 +92,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   if (!certified) return;  // the same for every thread
 
   for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
-  if (threadIdx.x == 0) {
-    sh.emitted = 0;
-    sh.lo = 0xFFFFFFFFu;
-    sh.hi = 0;
-  }
+  if (threadIdx.x == 0) sh.emitted = 0;
   const std::uint64_t* area = a.candidates + t * a.capacity;
   const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
   std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
@@ -111,16 +107,9 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
       sh.pos[i] = selection::device::order_pos(v);
     }
   }
-  __syncthreads();  // sh.lo/hi initialised
-  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  if (threadIdx.x % 32 == 0) {
-    atomicMin(&sh.lo, lo);
-    atomicMax(&sh.hi, hi);
-  }
-  __syncthreads();
-  lo = sh.lo;
-  hi = sh.hi;
+  sh.key_range.publish(lo, hi);
+  __syncthreads();  // out[], the counter, the staged candidates and the key range visible
+  sh.key_range.gather(lo, hi);
   const auto items = [&](auto&& fn) {
     for (std::uint32_t base = 0; base < c; base += Threads) {
       const std::uint32_t i = base + threadIdx.x;

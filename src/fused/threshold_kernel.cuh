@@ -83,7 +83,7 @@ struct ThresholdArgs {
 __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const ThresholdArgs a) {
   extern __shared__ std::uint32_t sample_keys[];
   __shared__ selection::device::RadixShared radix;
-  __shared__ std::uint32_t bounds[2];  // min and max sample key
+  __shared__ selection::device::BlockKeyRange<kThresholdThreads> key_range;  // of the samples
   const std::int64_t t = blockIdx.x;
   const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const std::int64_t len = r.end - r.begin;
@@ -97,10 +97,6 @@ __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const Thre
     const double rank = fmax(1.0, ceil(e + kGuard * sqrt(e)) + 1.0);
     if (rank <= m) {
       const float* row = a.sample_scores + t * a.sample_stride + first;
-      if (threadIdx.x == 0) {
-        bounds[0] = 0xFFFFFFFFu;
-        bounds[1] = 0;
-      }
       std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
       for (std::int32_t i = threadIdx.x; i < m; i += kThresholdThreads) {
         const std::uint32_t key = score_key(row[i]);
@@ -108,22 +104,16 @@ __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const Thre
         lo = min(lo, key);
         hi = max(hi, key);
       }
-      __syncthreads();  // bounds initialised
-      lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-      hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-      if (threadIdx.x % 32 == 0) {
-        atomicMin(&bounds[0], lo);
-        atomicMax(&bounds[1], hi);
-      }
-      __syncthreads();  // samples and bounds visible
+      key_range.publish(lo, hi);
+      __syncthreads();  // samples and key range visible
+      key_range.gather(lo, hi);
       const auto keys = [&](auto&& fn) {
         for (std::int32_t base = 0; base < m; base += kThresholdThreads) {
           const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
           fn(i < m ? sample_keys[i] : 0u, i < m);
         }
       };
-      tau = selection::device::block_radix_select(keys, static_cast<std::uint32_t>(rank), radix, bounds[0], bounds[1])
-                .kth_key;
+      tau = selection::device::block_radix_select(keys, static_cast<std::uint32_t>(rank), radix, lo, hi).kth_key;
     }
   }
   if (threadIdx.x == 0) {

@@ -31,21 +31,24 @@ __device__ __forceinline__ std::uint32_t index_order_key(std::int32_t pos) {
 inline constexpr int kGroupSize = 4;  // elements of one 16-byte load
 
 // Up to Groups * 4 row elements one thread holds after one round of loads:
-// element e = 4u + j is at row position pos0[u] + j and present when bit e of
-// `valid` is set. Values stay floats: the filter compares them directly.
+// element e = 4u + j is at row position pos0 + u * group_stride + j and
+// present when bit e of `valid` is set. Values stay floats: the filter
+// compares them directly.
 template <int Groups>
 struct Batch {
   static constexpr int kElements = Groups * kGroupSize;
   float value[Groups][kGroupSize];
-  std::int32_t pos0[Groups];
-  std::int32_t group_stride;  // pos0[u] == pos0[0] + u * group_stride
+  std::int32_t pos0;          // position of element 0
+  std::int32_t group_stride;  // positions from one 16-byte group to the next
   std::uint32_t valid;
   __device__ __forceinline__ bool present(int e) const { return (valid >> e) & 1u; }
   __device__ __forceinline__ float at(int e) const { return value[e / kGroupSize][e % kGroupSize]; }
-  __device__ __forceinline__ std::int32_t pos(int e) const { return pos0[e / kGroupSize] + e % kGroupSize; }
+  __device__ __forceinline__ std::int32_t pos(int e) const {
+    return pos0 + (e / kGroupSize) * group_stride + e % kGroupSize;
+  }
   // pos(e) for an e known only at run time, without indexing the registers.
   __device__ __forceinline__ std::int32_t pos_at(int e) const {
-    return pos0[0] + (e / kGroupSize) * group_stride + e % kGroupSize;
+    return pos0 + (e / kGroupSize) * group_stride + e % kGroupSize;
   }
 };
 
@@ -64,6 +67,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   for (std::int32_t base = 0; base < vectors; base += Threads * Groups) {
     Batch<Groups> b;
     b.valid = 0;
+    b.pos0 = head + kGroupSize * (base + tid);
     b.group_stride = kGroupSize * Threads;
 #pragma unroll
     for (int u = 0; u < Groups; ++u) {
@@ -73,7 +77,6 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
       b.value[u][1] = v.y;
       b.value[u][2] = v.z;
       b.value[u][3] = v.w;
-      b.pos0[u] = head + kGroupSize * i;
       b.valid |= (i < vectors ? 0xFu : 0u) << (kGroupSize * u);
     }
     fn(b);
@@ -84,7 +87,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   Batch<Groups> b{};
   b.group_stride = kGroupSize * Threads;
   b.value[0][0] = present ? __ldg(row + pos) : 0.f;
-  b.pos0[0] = pos;
+  b.pos0 = pos;
   b.valid = present ? 1u : 0u;
   fn(b);
 }

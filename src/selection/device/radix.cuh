@@ -122,6 +122,34 @@ __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, boo
   if (__any_sync(kFullWarp, counted)) warp_histogram_add_merged(histogram, counted, bin);
 }
 
+// The block's least and greatest key, in two halves around a barrier the
+// caller places (it usually publishes other shared writes with it):
+// publish() reduces each warp's range into its slot, gather() reads every
+// slot after the barrier. Every thread calls both; all get the range.
+template <int Threads>
+struct BlockKeyRange {
+  static constexpr int kWarps = Threads / kWarpSize;
+  std::uint32_t least[kWarps];
+  std::uint32_t greatest[kWarps];
+  __device__ __forceinline__ void publish(std::uint32_t lo, std::uint32_t hi) {
+    lo = __reduce_min_sync(kFullWarp, lo);
+    hi = __reduce_max_sync(kFullWarp, hi);
+    if (lane_id() == 0) {
+      least[threadIdx.x / kWarpSize] = lo;
+      greatest[threadIdx.x / kWarpSize] = hi;
+    }
+  }
+  __device__ __forceinline__ void gather(std::uint32_t& lo, std::uint32_t& hi) const {
+    lo = 0xFFFFFFFFu;
+    hi = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      lo = min(lo, least[w]);
+      hi = max(hi, greatest[w]);
+    }
+  }
+};
+
 // 2^kBinBits linear bins over the keys [lo, hi], bin 0 at the top: bin b
 // holds the keys k with (hi - k) >> shift == b, shift the least that fits
 // the span into the bins (0: one key per bin). The threshold of the sampled

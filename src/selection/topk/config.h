@@ -105,8 +105,7 @@ struct Config {
     std::uint64_t out[K];                // emitted order keys (candidates.cuh), 0 = padding
     device::RadixShared radix;
     BinPick pick;                                     // broadcast of the threshold bin
-    std::uint32_t warp_min[G::kThreads / device::kWarpSize];  // per-warp sample key range
-    std::uint32_t warp_max[G::kThreads / device::kWarpSize];
+    device::BlockKeyRange<G::kThreads> key_range;  // of the samples
     std::uint32_t gt_slots;   // slots handed out to key > tau (may pass capacity)
     std::uint32_t tie_slots;  // slots handed out to key == tau (may pass capacity)
     std::uint32_t count_gt;   // keys > tau in the row (exact)
@@ -168,8 +167,7 @@ struct ResidentConfig {
     } work;
     typename Scan::TempStorage scan;
     BinPick pick;  // broadcast of the pass's bin
-    std::uint32_t warp_min[R::kThreads / device::kWarpSize];  // per-warp key range of the row
-    std::uint32_t warp_max[R::kThreads / device::kWarpSize];
+    device::BlockKeyRange<R::kThreads> key_range;  // of the row
     std::uint32_t emitted;    // slots of out[] handed out to keys above the K-th
     std::uint32_t tie_slots;  // slots handed out to its ties (from count_gt; may pass K)
   };

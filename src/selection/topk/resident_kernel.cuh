@@ -140,23 +140,11 @@ class ResidentRow {
         }
       }
     }
-    least = __reduce_min_sync(device::kFullWarp, least);
-    greatest = __reduce_max_sync(device::kFullWarp, greatest);
-    const unsigned warp = threadIdx.x / device::kWarpSize;
-    if (device::lane_id() == 0) {
-      sh_.warp_min[warp] = least;
-      sh_.warp_max[warp] = greatest;
-    }
+    sh_.key_range.publish(least, greatest);
 #pragma unroll
     for (int b = 0; b < Cfg::kBinsPerThread; ++b) sh_.work.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
     __syncthreads();  // keys, per-warp ranges and the zeroed histogram visible
-    lo = 0xFFFFFFFFu;
-    hi = 0;
-#pragma unroll
-    for (int w = 0; w < R::kThreads / device::kWarpSize; ++w) {
-      lo = min(lo, sh_.warp_min[w]);
-      hi = max(hi, sh_.warp_max[w]);
-    }
+    sh_.key_range.gather(lo, hi);
   }
 
   // Calls fn(slot group index, uint4 keys) over the resident row; every

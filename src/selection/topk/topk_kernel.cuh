@@ -202,19 +202,9 @@ class RowSelect {
     }
 #pragma unroll
     for (int b = 0; b < Cfg::kBinsPerThread; ++b) th.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
-    lo = __reduce_min_sync(device::kFullWarp, lo);
-    hi = __reduce_max_sync(device::kFullWarp, hi);
-    const unsigned warp = threadIdx.x / device::kWarpSize;
-    if (device::lane_id() == 0) {
-      sh_.warp_min[warp] = lo;
-      sh_.warp_max[warp] = hi;
-    }
+    sh_.key_range.publish(lo, hi);
     __syncthreads();  // samples, key range and zeroed histogram visible
-#pragma unroll
-    for (int w = 0; w < G::kThreads / device::kWarpSize; ++w) {
-      lo = min(lo, sh_.warp_min[w]);
-      hi = max(hi, sh_.warp_max[w]);
-    }
+    sh_.key_range.gather(lo, hi);
     KeyWindow window(lo, hi);
     auto wanted = static_cast<std::uint32_t>(rank);  // rank inside the window
     std::uint32_t above = 0;                          // samples above the window
