@@ -125,7 +125,7 @@ struct CandidateSink {
 
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
 // and == tau into count_gt / count_eq and appends them to the sink while there
-// is room. A warp round (32 threads x 16 elements at 3% pass rate) usually has
+// is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group.
 // Each thread then visits only its own set bits (a warp loops as often as
 // its busiest lane, usually once or twice, instead of 16 predicated slots);

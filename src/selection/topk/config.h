@@ -28,6 +28,12 @@ namespace dsa::selection::topk {
 struct LongRows {
   static constexpr int kThreads = 512;
   static constexpr int kMinCtasPerSm = 2;
+  // Filter pass: float4 loads in flight per thread per round (the round's
+  // 4 * kLoadUnroll elements share one warp-aggregated append). A row's
+  // fixed phases (threshold, select, write-out) leave one CTA of an SM
+  // streaming at a time, so its loads in flight bound the read rate; 6 is
+  // the most that compiles without spills for every K.
+  static constexpr int kLoadUnroll = 6;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
 };
@@ -39,13 +45,11 @@ struct LongRows {
 struct WideRows {
   static constexpr int kThreads = 1024;
   static constexpr int kMinCtasPerSm = 1;
+  static constexpr int kLoadUnroll = 4;  // 6 spills at K = 2048
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
 };
 
-// Filter pass: float4 loads in flight per thread per round; the round's 16
-// elements share one warp-aggregated append.
-inline constexpr int kLoadUnroll = 4;
 // Repair sweeps over the row (rare paths) load one float4 per round.
 inline constexpr int kRepairLoadUnroll = 1;
 

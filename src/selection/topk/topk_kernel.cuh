@@ -226,7 +226,7 @@ class RowSelect {
                                      &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
     std::uint32_t count_gt = 0, count_eq = 0;
     const auto pass = [&](const auto& threshold) {
-      device::for_each_row_batch<G::kThreads, kLoadUnroll>(row_, len_, [&](const auto& batch) {
+      device::for_each_row_batch<G::kThreads, G::kLoadUnroll>(row_, len_, [&](const auto& batch) {
         device::filter_batch(batch, threshold, sink, row_, count_gt, count_eq);
       });
     };
