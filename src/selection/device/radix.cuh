@@ -112,12 +112,12 @@ __device__ __forceinline__ void warp_histogram_add_merged(std::uint32_t* histogr
 }
 
 // Adds one to histogram[bin] for every lane with `counted`, merged: a warp
-// costs one shared atomic per distinct bin. Written for candidates that
-// share their high digits, on the assumption that unmerged atomics on one
-// bin serialise; session 6 measured the resident top-k's passes 12-27 %
-// faster with plain atomics (+1, ATOMS.POPC.INC) on every distribution, tie-
-// heavy rows included, so the assumption is doubtful here too: the branch
-// experiment/radix-plain-atomics measures it (docs/perf-log.md).
+// costs one shared atomic per distinct bin. Written on the assumption that
+// unmerged atomics on one bin serialise; the measurements say otherwise
+// (plain atomics, +1 = ATOMS.POPC.INC: the resident passes 12-27 % faster,
+// session 6; block_radix_select, top-k 128K -5 %, session 7, tie-heavy rows
+// included). Only the sampled threshold's sample histogram still merges
+// (not measured without it).
 __device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
   if (__any_sync(kFullWarp, counted)) warp_histogram_add_merged(histogram, counted, bin);
 }
@@ -240,9 +240,9 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
     if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;
     __syncthreads();
     for_each_key([&](std::uint32_t key, bool present) {
-      // Experiment: a plain atomic (+1 compiles to ATOMS.POPC.INC); the
-      // resident kernel's passes measured 12-27 % faster without the
-      // merge on every distribution (docs/perf-log.md, "Session 6").
+      // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than the
+      // merged warp_histogram_add on every distribution measured
+      // (docs/perf-log.md, sessions 6 and 7).
       if (present && (key & fixed) == prefix) atomicAdd(&sh.histogram[(key >> shift) & kDigitMask], 1u);
     });
     __syncthreads();
