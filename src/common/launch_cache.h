@@ -67,6 +67,19 @@ class LaunchCache {
     return Status::Ok();
   }
 
+  // once() for the common set-up: the kernel's dynamic shared-memory limit
+  // (bytes: the most any launch of it asks for).
+  Status allow_shared_memory(const void* kernel, int device, int bytes) {
+    int unused = 0;
+    return once(
+        kernel, device,
+        [&](int*) -> Status {
+          const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+          return e == cudaSuccess ? Status::Ok() : error(e, "setting the shared-memory size");
+        },
+        &unused);
+  }
+
   static Status error(cudaError_t err, const char* what) {
     return {StatusCode::kCudaError, std::string("kernel launch set-up: ") + what + ": " + cudaGetErrorString(err)};
   }

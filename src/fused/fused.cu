@@ -207,18 +207,12 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                              count,         unstaged,      hooks.trace};
     const int smem = static_cast<int>(std::max<std::int64_t>(l.plan.count, 1) * sizeof(std::uint32_t));
     // The attribute allows the most samples any call has, set once per device.
-    int device = 0, unused = 0;
+    int device = 0;
     DeviceLimits limits;
     Status st = LaunchCache::get().current(&device, &limits);
     if (st.ok()) {
-      st = LaunchCache::get().once(
-          reinterpret_cast<const void*>(&threshold_kernel), device,
-          [](int*) -> Status {
-            const cudaError_t e = cudaFuncSetAttribute(threshold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(kMaxSamples * sizeof(std::uint32_t)));
-            return e == cudaSuccess ? Status::Ok() : cuda_error(e, "threshold kernel shared memory");
-          },
-          &unused);
+      st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(&threshold_kernel), device,
+                                                  static_cast<int>(kMaxSamples * sizeof(std::uint32_t)));
     }
     if (!st.ok()) return st;
     threshold_kernel<<<static_cast<unsigned>(p.num_queries), kThresholdThreads, smem, stream>>>(args);
@@ -268,14 +262,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
       constexpr int kThreads = decltype(threads)::value;
       constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, kThreads>::SharedStorage));
       auto kernel = select_kernel<K, kThreads>;
-      int unused = 0;
-      const Status set = LaunchCache::get().once(
-          reinterpret_cast<const void*>(kernel), device,
-          [&](int*) -> Status {
-            const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-            return e == cudaSuccess ? Status::Ok() : cuda_error(e, "select kernel shared memory");
-          },
-          &unused);
+      const Status set = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device, kSmem);
       if (!set.ok()) return set;
       kernel<<<static_cast<unsigned>(p.num_queries), kThreads, kSmem, stream>>>(args);
       const cudaError_t e = cudaGetLastError();
