@@ -308,12 +308,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
   }
-  // Every thread takes part in the search (it ends with a barrier, which also
-  // publishes the initialisation above).
+  // Every thread takes part in the search. Its barriers publish the
+  // initialisation above, and it ends with one after which no thread writes
+  // the shared memory it used (smem.run is only read from then on).
   const RunStart run = find_run<S::kQueries, kTileKeys, kThreads>(args.ks, args.ke, args.row_mask, args.num_queries,
                                                                   args.num_keys, smem.warp_sums, &smem.run);
   if (run.tiles == 0) return;  // the same for every thread of the CTA
-  __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
