@@ -99,27 +99,22 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
   }
 }
 
-// The lanes with `counted` add one each to histogram[bin], lanes with the
-// same bin merged into one atomic by their lowest lane; every lane of the
-// warp calls it (converged). Uncounted lanes match on a value no histogram
-// index takes: a sentinel that could equal a counted lane's bin would join
-// its peers, take the lowest lane, and drop their counts (the threshold
-// histogram of the sampled top-k has 4096 bins, and used 256 as the
-// sentinel).
-__device__ __forceinline__ void warp_histogram_add_merged(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+// Adds one to histogram[bin] for every lane with `counted`; every lane of the
+// warp calls it (converged). Lanes with the same bin are merged into one
+// atomic by their lowest lane, so a warp costs one shared atomic per
+// distinct bin. Uncounted lanes match on a value no histogram index takes: a
+// sentinel that could equal a counted lane's bin would join its peers, take
+// the lowest lane, and drop their counts (the threshold histogram of the
+// sampled top-k has 4096 bins, and used 256 as the sentinel).
+// Written on the assumption that unmerged atomics on one bin serialise; the
+// measurements say otherwise (plain atomics, +1 = ATOMS.POPC.INC: the
+// resident passes 12-27 % faster, session 6; block_radix_select, top-k 128K
+// -5 %, session 7, tie-heavy rows included). Only the sampled threshold's
+// sample histogram still merges (not measured without it).
+__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
+  if (!__any_sync(kFullWarp, counted)) return;
   const unsigned peers = __match_any_sync(kFullWarp, counted ? bin : 0xFFFFFFFFu);
   if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
-}
-
-// Adds one to histogram[bin] for every lane with `counted`, merged: a warp
-// costs one shared atomic per distinct bin. Written on the assumption that
-// unmerged atomics on one bin serialise; the measurements say otherwise
-// (plain atomics, +1 = ATOMS.POPC.INC: the resident passes 12-27 % faster,
-// session 6; block_radix_select, top-k 128K -5 %, session 7, tie-heavy rows
-// included). Only the sampled threshold's sample histogram still merges
-// (not measured without it).
-__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
-  if (__any_sync(kFullWarp, counted)) warp_histogram_add_merged(histogram, counted, bin);
 }
 
 // The block's least and greatest key, in two halves around a barrier the
