@@ -174,6 +174,11 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     return score_and_select(p, l, workspace, nullptr, stream);
   }
 
+  // The device and its limits, for the stages' launch set-up (LaunchCache).
+  int device = 0;
+  DeviceLimits limits;
+  if (const Status st = LaunchCache::get().current(&device, &limits); !st.ok()) return st;
+
   // Stage 1: samples, their scores, tau per row (and the counters zeroed).
   auto* sample_keys = piece<std::uint8_t>(workspace, l.sample_keys);
   auto* sample_scale = piece<float>(workspace, l.sample_scale);
@@ -207,13 +212,8 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                              count,         unstaged,      hooks.trace};
     const int smem = static_cast<int>(std::max<std::int64_t>(l.plan.count, 1) * sizeof(std::uint32_t));
     // The attribute allows the most samples any call has, set once per device.
-    int device = 0;
-    DeviceLimits limits;
-    Status st = LaunchCache::get().current(&device, &limits);
-    if (st.ok()) {
-      st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(&threshold_kernel), device,
-                                                  static_cast<int>(kMaxSamples * sizeof(std::uint32_t)));
-    }
+    const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(&threshold_kernel), device,
+                                                             static_cast<int>(kMaxSamples * sizeof(std::uint32_t)));
     if (!st.ok()) return st;
     threshold_kernel<<<static_cast<unsigned>(p.num_queries), kThresholdThreads, smem, stream>>>(args);
     const cudaError_t err = cudaGetLastError();
@@ -254,10 +254,6 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
                           p.options.sorted,
                           flags,
                           hooks.trace};
-    int device = 0;
-    DeviceLimits limits;
-    const Status st = LaunchCache::get().current(&device, &limits);
-    if (!st.ok()) return st;
     const auto launch_select = [&](auto threads) -> Status {
       constexpr int kThreads = decltype(threads)::value;
       constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, kThreads>::SharedStorage));
