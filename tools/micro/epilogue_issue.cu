@@ -35,10 +35,12 @@ enum Kind : int {
   kFmnmx,        // relu as FMNMX then FFMA, 8 sums
   kFfmaOnly,     // FFMA only (no relu), 8 sums: the pure FMA-pipe rate
   kImnmx,        // relu as an integer max on the bits (ALU pipe) then FFMA, 8 sums
+  kPairs,        // kFaddAbs with the loops ordered (q, g, e, half): consecutive FFMAs share a weight
 };
 
 constexpr const char* kKindNames[] = {"fadd|x|+ffma, 8 sums", "fadd|x|+ffma, 16 sums", "fmnmx+ffma, 8 sums",
-                                      "ffma only, 8 sums", "imnmx+ffma, 8 sums"};
+                                      "ffma only, 8 sums", "imnmx+ffma, 8 sums",
+                                      "fadd|x|+ffma, weight pairs"};
 
 template <int kKind>
 __global__ void epilogue_kernel(float* out, long long* cycles, int iters, float seed) {
@@ -58,6 +60,25 @@ __global__ void epilogue_kernel(float* out, long long* cycles, int iters, float 
   __syncthreads();
   const long long start = clock64();
   for (int it = 0; it < iters; ++it) {
+    if constexpr (kKind == kPairs) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int i = 4 * (q * 8 + g) + 2 * half + e;
+              const float t = __fadd_rn(acc[i], fabsf(acc[i]));
+              acc[i] = t;
+              sum[q * 2 + half] = __fmaf_rn(w[g][e], t, sum[q * 2 + half]);
+            }
+          }
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
 #pragma unroll
@@ -147,6 +168,7 @@ int main() {
     run<kFmnmx>(sms, threads, iters);
     run<kFfmaOnly>(sms, threads, iters);
     run<kImnmx>(sms, threads, iters);
+    run<kPairs>(sms, threads, iters);
   }
   return 0;
 }
