@@ -10,7 +10,8 @@
 // and 3 warps per scheduler (128, 256, 384 threads, one CTA per SM).
 //
 // Build and run on the device:
-//   nvcc -std=c++20 -O3 -arch=sm_90a -o epilogue_issue tools/micro/epilogue_issue.cu
+//   nvcc -std=c++20 -O3 -arch=sm_90a -o epilogue_issue
+//   tools/micro/epilogue_issue.cu
 //   ./epilogue_issue
 #include <cuda_runtime.h>
 
@@ -20,13 +21,13 @@
 
 namespace {
 
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    const cudaError_t e = (call);                                                             \
-    if (e != cudaSuccess) {                                                                   \
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    const cudaError_t e = (call);                                                                \
+    if (e != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 enum Kind : int {
@@ -35,15 +36,15 @@ enum Kind : int {
   kFmnmx,        // relu as FMNMX then FFMA, 8 sums
   kFfmaOnly,     // FFMA only (no relu), 8 sums: the pure FMA-pipe rate
   kImnmx,        // relu as an integer max on the bits (ALU pipe) then FFMA, 8 sums
-  kPairs,        // kFaddAbs with the loops ordered (q, g, e, half): consecutive FFMAs share a weight
+  kPairs,        // kFaddAbs with the loops ordered (q, g, e, half): consecutive FFMAs
+                 // share a weight
 };
 
-constexpr const char* kKindNames[] = {"fadd|x|+ffma, 8 sums", "fadd|x|+ffma, 16 sums", "fmnmx+ffma, 8 sums",
-                                      "ffma only, 8 sums", "imnmx+ffma, 8 sums",
-                                      "fadd|x|+ffma, weight pairs"};
+constexpr const char *kKindNames[] = {"fadd|x|+ffma, 8 sums", "fadd|x|+ffma, 16 sums", "fmnmx+ffma, 8 sums",
+                                      "ffma only, 8 sums",    "imnmx+ffma, 8 sums",    "fadd|x|+ffma, weight pairs"};
 
 template <int kKind>
-__global__ void epilogue_kernel(float* out, long long* cycles, int iters, float seed) {
+__global__ void epilogue_kernel(float *out, long long *cycles, int iters, float seed) {
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = seed * static_cast<float>(i - 64 + static_cast<int>(threadIdx.x % 7));
@@ -77,31 +78,31 @@ __global__ void epilogue_kernel(float* out, long long* cycles, int iters, float 
           }
         }
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < 4; ++q) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < 2; ++half) {
 #pragma unroll
-        for (int g = 0; g < 8; ++g) {
+          for (int g = 0; g < 8; ++g) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 4 * (q * 8 + g) + 2 * half + e;
-            const int s = kSums == 16 ? 2 * (q * 2 + half) + (g & 1) : q * 2 + half;
-            if constexpr (kKind == kFfmaOnly) {
-              sum[s] = __fmaf_rn(w[g][e], acc[i], sum[s]);
-            } else {
-              float t;
-              if constexpr (kKind == kFmnmx) {
-                t = fmaxf(acc[i], 0.0f);
-              } else if constexpr (kKind == kImnmx) {
-                t = __int_as_float(max(__float_as_int(acc[i]), 0));
+            for (int e = 0; e < 2; ++e) {
+              const int i = 4 * (q * 8 + g) + 2 * half + e;
+              const int s = kSums == 16 ? 2 * (q * 2 + half) + (g & 1) : q * 2 + half;
+              if constexpr (kKind == kFfmaOnly) {
+                sum[s] = __fmaf_rn(w[g][e], acc[i], sum[s]);
               } else {
-                t = __fadd_rn(acc[i], fabsf(acc[i]));
+                float t;
+                if constexpr (kKind == kFmnmx) {
+                  t = fmaxf(acc[i], 0.0f);
+                } else if constexpr (kKind == kImnmx) {
+                  t = __int_as_float(max(__float_as_int(acc[i]), 0));
+                } else {
+                  t = __fadd_rn(acc[i], fabsf(acc[i]));
+                }
+                acc[i] = t;
+                sum[s] = __fmaf_rn(w[g][e], t, sum[s]);
               }
-              acc[i] = t;
-              sum[s] = __fmaf_rn(w[g][e], t, sum[s]);
             }
           }
         }
@@ -121,8 +122,8 @@ __global__ void epilogue_kernel(float* out, long long* cycles, int iters, float 
 template <int kKind>
 void run(int sms, int threads, int iters) {
   const int warps = sms * threads / 32;
-  float* out = nullptr;
-  long long* cycles = nullptr;
+  float *out = nullptr;
+  long long *cycles = nullptr;
   CHECK(cudaMalloc(&out, sizeof(float) * sms * threads));
   CHECK(cudaMalloc(&cycles, sizeof(long long) * warps));
   // One CTA per SM: ask for more than half the shared memory.
@@ -160,7 +161,9 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int iters = 2000;
   std::printf("%d SMs, %d iterations of 128 values per thread\n\n", sms, iters);
-  std::printf("| pattern | warps per scheduler | cycles per FP32 instr (per warp) | FP32 instr per cycle per scheduler | ms |\n");
+  std::printf(
+      "| pattern | warps per scheduler | cycles per FP32 instr (per "
+      "warp) | FP32 instr per cycle per scheduler | ms |\n");
   std::printf("|---|---|---|---|---|\n");
   for (int threads : {128, 256, 384}) {
     run<kFaddAbs>(sms, threads, iters);

@@ -9,7 +9,8 @@
 // and per epilogue iteration (clock64).
 //
 // Build and run on the device:
-//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o epilogue_vs_wgmma tools/micro/epilogue_vs_wgmma.cu
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o
+//   epilogue_vs_wgmma tools/micro/epilogue_vs_wgmma.cu
 //   ./epilogue_vs_wgmma
 #include <cuda_runtime.h>
 
@@ -40,21 +41,22 @@ struct Result {
   long long mma_cycles;
   long long products;
   long long epi_cycles;
-  float acc0;  // thread 0's first accumulator after the last product (a check that products ran)
+  float acc0;  // thread 0's first accumulator after the last product (a check
+               // that products ran)
 };
 
 // kMma: warpgroup 0 multiplies; kEpi: warpgroup 1 reduces.
 template <bool kMma, bool kEpi>
-__global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi_iters, int mma_products, float seed) {
+__global__ void __launch_bounds__(256, 1) concurrent_kernel(Result *out, int epi_iters, int mma_products, float seed) {
   extern __shared__ std::uint8_t raw[];
   const auto base = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
-  std::uint8_t* smem = raw + ((1024u - base % 1024u) % 1024u);
-  std::uint8_t* a = smem;
-  std::uint8_t* b = smem + kTileA;
-  volatile int* done = reinterpret_cast<volatile int*>(smem + kTileA + kTileB);
+  std::uint8_t *smem = raw + ((1024u - base % 1024u) % 1024u);
+  std::uint8_t *a = smem;
+  std::uint8_t *b = smem + kTileA;
+  volatile int *done = reinterpret_cast<volatile int *>(smem + kTileA + kTileB);
   // Small finite FP8 values (0x30..0x37 are 0.5-0.94).
   for (int i = threadIdx.x; i < (kTileA + kTileB) / 4; i += blockDim.x) {
-    reinterpret_cast<std::uint32_t*>(smem)[i] = 0x30313233u + (i & 3);
+    reinterpret_cast<std::uint32_t *>(smem)[i] = 0x30313233u + (i & 3);
   }
   if (threadIdx.x == 0) *done = 0;
   __syncthreads();
@@ -95,50 +97,53 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
     }
     return;
   }
-  if (!kEpi) return;
-  float acc[128];
+  if constexpr (!kEpi) {
+    return;
+  } else {
+    float acc[128];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = seed * static_cast<float>(i - 64 + static_cast<int>(threadIdx.x % 7));
-  float w[8][2];
+    for (int i = 0; i < 128; ++i) acc[i] = seed * static_cast<float>(i - 64 + static_cast<int>(threadIdx.x % 7));
+    float w[8][2];
 #pragma unroll
-  for (int g = 0; g < 8; ++g) {
-    w[g][0] = seed * static_cast<float>(g + 1);
-    w[g][1] = -seed * static_cast<float>(g + 2);
-  }
-  float sum[8] = {};
-  const long long start = clock64();
-  for (int it = 0; it < epi_iters; ++it) {
+    for (int g = 0; g < 8; ++g) {
+      w[g][0] = seed * static_cast<float>(g + 1);
+      w[g][1] = -seed * static_cast<float>(g + 2);
+    }
+    float sum[8] = {};
+    const long long start = clock64();
+    for (int it = 0; it < epi_iters; ++it) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < 4; ++q) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < 2; ++half) {
 #pragma unroll
-        for (int g = 0; g < 8; ++g) {
+          for (int g = 0; g < 8; ++g) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 4 * (q * 8 + g) + 2 * half + e;
-            const float t = __fadd_rn(acc[i], fabsf(acc[i]));
-            acc[i] = t;
-            sum[q * 2 + half] = __fmaf_rn(w[g][e], t, sum[q * 2 + half]);
+            for (int e = 0; e < 2; ++e) {
+              const int i = 4 * (q * 8 + g) + 2 * half + e;
+              const float t = __fadd_rn(acc[i], fabsf(acc[i]));
+              acc[i] = t;
+              sum[q * 2 + half] = __fmaf_rn(w[g][e], t, sum[q * 2 + half]);
+            }
           }
         }
       }
     }
+    const long long stop = clock64();
+    __syncwarp();
+    if (threadIdx.x == 128) *done = 1;
+    float total = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) total += sum[s];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) total += acc[i];
+    if (threadIdx.x == 128) out[blockIdx.x].epi_cycles = (stop - start) + (total == 12345.0f);
   }
-  const long long stop = clock64();
-  __syncwarp();
-  if (threadIdx.x == 128) *done = 1;
-  float total = 0.0f;
-#pragma unroll
-  for (int s = 0; s < 8; ++s) total += sum[s];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) total += acc[i];
-  if (threadIdx.x == 128) out[blockIdx.x].epi_cycles = (stop - start) + (total == 12345.0f);
 }
 
 template <bool kMma, bool kEpi>
-void run(const char* name, int sms, int epi_iters, int mma_products) {
-  Result* out = nullptr;
+void run(const char *name, int sms, int epi_iters, int mma_products) {
+  Result *out = nullptr;
   CHECK(cudaMalloc(&out, sizeof(Result) * sms));
   CHECK(cudaMemset(out, 0, sizeof(Result) * sms));
   const int smem = 120 * 1024;
@@ -158,7 +163,7 @@ void run(const char* name, int sms, int epi_iters, int mma_products) {
   std::vector<Result> host(sms);
   CHECK(cudaMemcpy(host.data(), out, sizeof(Result) * sms, cudaMemcpyDeviceToHost));
   double mma = 0.0, epi = 0.0, products = 0.0;
-  for (const Result& r : host) {
+  for (const Result &r : host) {
     if (kMma) mma += static_cast<double>(r.mma_cycles) / static_cast<double>(r.products);
     products += static_cast<double>(r.products);
     if (kEpi) epi += static_cast<double>(r.epi_cycles) / epi_iters;
@@ -166,7 +171,8 @@ void run(const char* name, int sms, int epi_iters, int mma_products) {
   mma /= sms;
   epi /= sms;
   // 4 x m64n256k32 = 4.19 MFLOP per product.
-  std::printf("| %-28s | %s | %s | %.3f | %.0f | %g |\n", name, kMma ? std::to_string(static_cast<int>(mma)).c_str() : "-",
+  std::printf("| %-28s | %s | %s | %.3f | %.0f | %g |\n", name,
+              kMma ? std::to_string(static_cast<int>(mma)).c_str() : "-",
               kEpi ? std::to_string(static_cast<int>(epi)).c_str() : "-", ms, products * 4.194304e6 / (ms * 1e9),
               static_cast<double>(host[0].acc0));
   CHECK(cudaFree(out));
@@ -177,10 +183,15 @@ void run(const char* name, int sms, int epi_iters, int mma_products) {
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("%d SMs; one product = 4 x wgmma m64n256k32 e4m3 (4.19 MFLOP), %d products per commit group; one "
-              "epilogue iteration = 128 FADD |x| + 128 FFMA per thread, one warp per scheduler\n\n",
-              sms, kChain);
-  std::printf("| case | cycles per product | cycles per epilogue iteration | kernel ms | TFLOP/s | acc[0] |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "%d SMs; one product = 4 x wgmma m64n256k32 e4m3 (4.19 MFLOP), "
+      "%d products per commit group; one "
+      "epilogue iteration = 128 FADD |x| + 128 FFMA per thread, one "
+      "warp per scheduler\n\n",
+      sms, kChain);
+  std::printf(
+      "| case | cycles per product | cycles per epilogue iteration | "
+      "kernel ms | TFLOP/s | acc[0] |\n|---|---|---|---|---|---|\n");
   for (int rep = 0; rep < 2; ++rep) {
     run<true, false>("products alone", sms, 0, 4000);
     run<false, true>("epilogue alone", sms, 4000, 0);
