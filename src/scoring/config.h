@@ -35,6 +35,7 @@ template <int kHeads>
 struct Shape {
   static constexpr int kQueries = kTileCols / kHeads;  // queries per CTA block
   static constexpr int kHeadGroups = kHeads / 8;       // 8-column groups per query
+  static_assert(kQueries <= kTileCols / 32, "SharedStorage::rows holds kTileCols / 32 rows (H >= 32)");
 };
 
 inline constexpr int kUnitSlots = 2;         // units in flight: the next unit's queries load
@@ -47,6 +48,7 @@ struct alignas(1024) SharedStorage {
   std::uint8_t q[kUnitSlots][kTileCols * kHeadDim];  // [slot][query * H + head][d], 128-byte swizzled
   float key_scale[kStages][kTileKeys];
   float half_w[kUnitSlots][kTileCols];               // [slot][query * H + head]: 0.5 * w (0 past T)
+  RowRange rows[kUnitSlots][kTileCols / 32];         // [slot][query]: the unit's row ranges (empty past T)
   Unit unit[kUnitSlots];
   sm90::Pipeline<kStages> pipeline;
   std::uint64_t unit_full[kUnitSlots];   // unit and half_w written (the scheduler warp's 32 lanes)

@@ -130,8 +130,8 @@ __device__ __forceinline__ void block_inclusive_sum(std::int64_t v, std::int64_t
 // This CTA's run (every thread of the CTA calls it; every thread gets it,
 // and it is left in *result):
 // total tiles W over all blocks, CTA g takes the flattened tiles
-// [W g / G, W (g + 1) / G). Two sweeps over the blocks' ranges (a few loads
-// per block and thread), once per CTA.
+// [W g / G, W (g + 1) / G). Two sweeps over the blocks' tile counts, once
+// per CTA.
 template <int kQueries, int kTile, int kThreads>
 __device__ RunStart find_run(const std::int32_t* __restrict__ ks, const std::int32_t* __restrict__ ke,
                              const std::uint32_t* __restrict__ row_mask, std::int64_t num_queries,
@@ -141,8 +141,20 @@ __device__ RunStart find_run(const std::int32_t* __restrict__ ks, const std::int
     return b < blocks ? block_key_range<kQueries, kTile>(ks, ke, row_mask, b * kQueries, num_queries, num_keys).tiles
                       : 0;
   };
+  // The first sweep keeps the tile counts of the thread's first kCached
+  // blocks for the second, and loads their ranges all at once: one trip to
+  // memory instead of one per block (T <= kCached * kThreads * kQueries).
+  constexpr int kCached = 4;
+  std::int32_t cached[kCached];
   std::int64_t mine = 0;
-  for (std::int64_t b = threadIdx.x; b < blocks; b += kThreads) mine += tiles_of(b);
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    cached[i] = static_cast<std::int32_t>(tiles_of(threadIdx.x + static_cast<std::int64_t>(i) * kThreads));
+    mine += cached[i];
+  }
+  for (std::int64_t b = threadIdx.x + static_cast<std::int64_t>(kCached) * kThreads; b < blocks; b += kThreads) {
+    mine += tiles_of(b);
+  }
   std::int64_t unused = 0, total = 0;
   block_inclusive_sum<kThreads>(mine, warp_sums, &unused, &total);
   const std::int64_t lo = total * blockIdx.x / gridDim.x;
@@ -153,9 +165,16 @@ __device__ RunStart find_run(const std::int32_t* __restrict__ ks, const std::int
   // The block holding flattened tile lo: the one whose tiles [before,
   // before + n) contain it (blocks without tiles never do).
   std::int64_t carry = 0;
-  for (std::int64_t base = 0; base < blocks; base += kThreads) {
+  int sweep_no = 0;
+  for (std::int64_t base = 0; base < blocks; base += kThreads, ++sweep_no) {
     const std::int64_t b = base + threadIdx.x;
-    const std::int64_t n = tiles_of(b);
+    std::int64_t n = 0;
+    if (sweep_no < kCached) {
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) n = sweep_no == i ? cached[i] : n;  // no local memory
+    } else {
+      n = tiles_of(b);
+    }
     std::int64_t inclusive = 0, sweep = 0;
     block_inclusive_sum<kThreads>(n, warp_sums, &inclusive, &sweep);
     const std::int64_t before = carry + inclusive - n;

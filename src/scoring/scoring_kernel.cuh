@@ -118,6 +118,14 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
     }
     if (lane == 0) smem.unit[slot] = unit;
     if (unit.tiles > 0) {
+      // The math warps read the rows' ranges here rather than from global
+      // memory at the start of the unit, where the loads' latency would
+      // stall both warpgroups between two tiles.
+      if (lane < S::kQueries) {
+        const std::int64_t t = unit.t0 + lane;
+        smem.rows[slot][lane] =
+            t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
+      }
 #pragma unroll 2  // 24 registers: more loads in flight spill
       for (int j = lane; j < kTileCols; j += 32) {
         const std::int64_t t = unit.t0 + j / kHeads;
@@ -226,13 +234,9 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
     const std::int64_t t0 = unit.t0;
     HeadWeights<kHeads> weights;
     weights.load(smem.half_w[slot], lane);
-    RowRange rows[kStoresPerLane];
+    RowRange rows[kStoresPerLane];  // rows past T have an empty range: they store nothing
 #pragma unroll
-    for (int r = 0; r < kStoresPerLane; ++r) {
-      const std::int64_t t = t0 + lane % 4 + 4 * r;
-      // Rows past T get an empty range: they store nothing.
-      rows[r] = t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
-    }
+    for (int r = 0; r < kStoresPerLane; ++r) rows[r] = smem.rows[slot][lane % 4 + 4 * r];
     auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows, unit.tiles);
     sm90::barrier_wait(&smem.q_full[slot], use & 1u);
 
