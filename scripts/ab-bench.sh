@@ -4,7 +4,8 @@
 # tree. Builds dsa-topk for both at once, then runs
 #   dsa-topk bench <your options> --json ...
 # alternating A, B for ROUNDS rounds (default 2), and writes $OUT/ab.md:
-# each row's time on every round, the medians and B / A. For the indexer op
+# each row's time on every round, B / A of the medians, each side's spread
+# ((max - min) / median) and whether the sides' rounds are separated. For the indexer op
 # the math-only control is compared too. $OUT also gets ab-log.txt (every
 # bench's output) and, if a build fails, its log: few files, as the device
 # tool returns at most 8. Options are dsa-topk bench's
@@ -91,7 +92,12 @@ for run in runs["A"][:1] + runs["B"][:1]:
     c = run.get("ceilings", {})
     if c.get("measured"):
         lines.append(f"- ceilings in one run: FP8 GEMM {c['fp8_tflops']:.0f} TFLOP/s, copy {c['copy_tb_s']:.2f} TB/s")
-lines += ["", "| op | dist | layout | T | N | K | H | field | A ms | B ms | B / A |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+# "separated": every B round is below every A round (or above): the only
+# verdict the rounds support on their own. Session 9's A/A runs (main
+# against itself) spread 5-10 % on the scores op and 0.3 % on the indexer,
+# so ratios inside the spread are noise.
+lines += ["", "| op | dist | layout | T | N | K | H | field | A ms | B ms | B / A | spread A, B | separated |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for field in ("ms", "math_only_ms"):
     a, b = times("A", field), times("B", field)
     for k in a:
@@ -100,7 +106,10 @@ for field in ("ms", "math_only_ms"):
         ma, mb = statistics.median(a[k]), statistics.median(b[k])
         fa = " / ".join(f"{x:.3f}" for x in a[k])
         fb = " / ".join(f"{x:.3f}" for x in b[k])
-        lines.append(f"| {' | '.join(str(x) for x in k)} | {field} | {fa} | {fb} | {mb / ma:.3f} |")
+        spread = lambda v: 100.0 * (max(v) - min(v)) / statistics.median(v)
+        separated = "yes" if max(b[k]) < min(a[k]) or min(b[k]) > max(a[k]) else "no"
+        lines.append(f"| {' | '.join(str(x) for x in k)} | {field} | {fa} | {fb} | {mb / ma:.3f} | "
+                     f"{spread(a[k]):.1f} %, {spread(b[k]):.1f} % | {separated} |")
 open(f"{out}/{name}.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
