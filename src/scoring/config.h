@@ -51,7 +51,7 @@ struct alignas(1024) SharedStorage {
   RowRange rows[kUnitSlots][kTileCols / 32];         // [slot][query]: the unit's row ranges (empty past T)
   Unit unit[kUnitSlots];
   sm90::Pipeline<kStages> pipeline;
-  std::uint64_t unit_full[kUnitSlots];   // unit and half_w written (the scheduler warp's 32 lanes)
+  std::uint64_t unit_full[kUnitSlots];   // unit, half_w and rows written (the scheduler warp's 32 lanes)
   std::uint64_t q_full[kUnitSlots];      // the unit's Q block landed (TMA)
   std::uint64_t unit_empty[kUnitSlots];  // every math thread is done with the slot
   std::int64_t warp_sums[kThreads / 32];  // the run search (find_run)
