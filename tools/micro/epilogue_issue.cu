@@ -9,26 +9,16 @@
 // and per SM sub-partition (scheduler) FP32 instructions per cycle, for 1, 2
 // and 3 warps per scheduler (128, 256, 384 threads, one CTA per SM).
 //
-// Build and run on the device:
-//   nvcc -std=c++20 -O3 -arch=sm_90a -o epilogue_issue
-//   tools/micro/epilogue_issue.cu
-//   ./epilogue_issue
+// Built by CMake as micro_epilogue_issue (DSA_BUILD_BENCH); run it on the
+// device.
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-namespace {
+#include "micro.cuh"
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+namespace {
 
 enum Kind : int {
   kFaddAbs = 0,  // the epilogue: FADD x+|x| then FFMA, 8 sums
@@ -40,20 +30,12 @@ enum Kind : int {
                  // share a weight
 };
 
-constexpr const char *kKindNames[] = {"fadd|x|+ffma, 8 sums", "fadd|x|+ffma, 16 sums", "fmnmx+ffma, 8 sums",
+constexpr const char* kKindNames[] = {"fadd|x|+ffma, 8 sums", "fadd|x|+ffma, 16 sums", "fmnmx+ffma, 8 sums",
                                       "ffma only, 8 sums",    "imnmx+ffma, 8 sums",    "fadd|x|+ffma, weight pairs"};
 
 template <int kKind>
-__global__ void epilogue_kernel(float *out, long long *cycles, int iters, float seed) {
-  float acc[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = seed * static_cast<float>(i - 64 + static_cast<int>(threadIdx.x % 7));
-  float w[8][2];
-#pragma unroll
-  for (int g = 0; g < 8; ++g) {
-    w[g][0] = seed * static_cast<float>(g + 1);
-    w[g][1] = -seed * static_cast<float>(g + 2);
-  }
+__global__ void epilogue_kernel(float* out, long long* cycles, int iters, float seed) {
+  micro::EpilogueRegisters r(seed);
   constexpr int kSums = kKind == kFaddAbs16 ? 16 : 8;
   float sum[kSums];
 #pragma unroll
@@ -61,60 +43,30 @@ __global__ void epilogue_kernel(float *out, long long *cycles, int iters, float 
   __syncthreads();
   const long long start = clock64();
   for (int it = 0; it < iters; ++it) {
-    if constexpr (kKind == kPairs) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-#pragma unroll
-        for (int g = 0; g < 8; ++g) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int i = 4 * (q * 8 + g) + 2 * half + e;
-              const float t = __fadd_rn(acc[i], fabsf(acc[i]));
-              acc[i] = t;
-              sum[q * 2 + half] = __fmaf_rn(w[g][e], t, sum[q * 2 + half]);
-            }
-          }
+    micro::for_each_value<kKind == kPairs>([&](int q, int half, int g, int e, int i) {
+      const int s = kSums == 16 ? 2 * (q * 2 + half) + (g & 1) : q * 2 + half;
+      if constexpr (kKind == kFfmaOnly) {
+        sum[s] = __fmaf_rn(r.w[g][e], r.acc[i], sum[s]);
+      } else {
+        float t;
+        if constexpr (kKind == kFmnmx) {
+          t = fmaxf(r.acc[i], 0.0f);
+        } else if constexpr (kKind == kImnmx) {
+          t = __int_as_float(max(__float_as_int(r.acc[i]), 0));
+        } else {
+          t = __fadd_rn(r.acc[i], fabsf(r.acc[i]));
         }
+        r.acc[i] = t;
+        sum[s] = __fmaf_rn(r.w[g][e], t, sum[s]);
       }
-    } else {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int g = 0; g < 8; ++g) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int i = 4 * (q * 8 + g) + 2 * half + e;
-              const int s = kSums == 16 ? 2 * (q * 2 + half) + (g & 1) : q * 2 + half;
-              if constexpr (kKind == kFfmaOnly) {
-                sum[s] = __fmaf_rn(w[g][e], acc[i], sum[s]);
-              } else {
-                float t;
-                if constexpr (kKind == kFmnmx) {
-                  t = fmaxf(acc[i], 0.0f);
-                } else if constexpr (kKind == kImnmx) {
-                  t = __int_as_float(max(__float_as_int(acc[i]), 0));
-                } else {
-                  t = __fadd_rn(acc[i], fabsf(acc[i]));
-                }
-                acc[i] = t;
-                sum[s] = __fmaf_rn(w[g][e], t, sum[s]);
-              }
-            }
-          }
-        }
-      }
-    }
+    });
   }
   const long long stop = clock64();
   float total = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSums; ++s) total += sum[s];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) total += acc[i];
+  for (int i = 0; i < 128; ++i) total += r.acc[i];
   out[blockIdx.x * blockDim.x + threadIdx.x] = total;
   if (threadIdx.x % 32 == 0) cycles[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = stop - start;
 }
@@ -122,26 +74,26 @@ __global__ void epilogue_kernel(float *out, long long *cycles, int iters, float 
 template <int kKind>
 void run(int sms, int threads, int iters) {
   const int warps = sms * threads / 32;
-  float *out = nullptr;
-  long long *cycles = nullptr;
-  CHECK(cudaMalloc(&out, sizeof(float) * sms * threads));
-  CHECK(cudaMalloc(&cycles, sizeof(long long) * warps));
+  float* out = nullptr;
+  long long* cycles = nullptr;
+  MICRO_CHECK(cudaMalloc(&out, sizeof(float) * sms * threads));
+  MICRO_CHECK(cudaMalloc(&cycles, sizeof(long long) * warps));
   // One CTA per SM: ask for more than half the shared memory.
   const int smem = 120 * 1024;
-  CHECK(cudaFuncSetAttribute(epilogue_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MICRO_CHECK(cudaFuncSetAttribute(epilogue_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   epilogue_kernel<kKind><<<sms, threads, smem>>>(out, cycles, 8, 1e-3f);  // warm-up
-  CHECK(cudaGetLastError());
+  MICRO_CHECK(cudaGetLastError());
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaEventRecord(a));
+  MICRO_CHECK(cudaEventCreate(&a));
+  MICRO_CHECK(cudaEventCreate(&b));
+  MICRO_CHECK(cudaEventRecord(a));
   epilogue_kernel<kKind><<<sms, threads, smem>>>(out, cycles, iters, 1e-3f);
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
+  MICRO_CHECK(cudaEventRecord(b));
+  MICRO_CHECK(cudaEventSynchronize(b));
   float ms = 0.0f;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
+  MICRO_CHECK(cudaEventElapsedTime(&ms, a, b));
   std::vector<long long> host(warps);
-  CHECK(cudaMemcpy(host.data(), cycles, sizeof(long long) * warps, cudaMemcpyDeviceToHost));
+  MICRO_CHECK(cudaMemcpy(host.data(), cycles, sizeof(long long) * warps, cudaMemcpyDeviceToHost));
   double mean = 0.0;
   for (long long c : host) mean += static_cast<double>(c);
   mean /= warps;
@@ -150,15 +102,15 @@ void run(int sms, int threads, int iters) {
   const int warps_per_scheduler = threads / 128;
   std::printf("| %-22s | %d | %.2f | %.2f | %.3f |\n", kKindNames[kKind], warps_per_scheduler, mean / fp32,
               fp32 * warps_per_scheduler / mean, ms);
-  CHECK(cudaFree(out));
-  CHECK(cudaFree(cycles));
+  MICRO_CHECK(cudaFree(out));
+  MICRO_CHECK(cudaFree(cycles));
 }
 
 }  // namespace
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MICRO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int iters = 2000;
   std::printf("%d SMs, %d iterations of 128 values per thread\n\n", sms, iters);
   std::printf(

@@ -8,30 +8,19 @@
 // loop runs until the epilogue warps finish). Reports cycles per product
 // and per epilogue iteration (clock64).
 //
-// Build and run on the device:
-//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o
-//   epilogue_vs_wgmma tools/micro/epilogue_vs_wgmma.cu
-//   ./epilogue_vs_wgmma
+// Built by CMake as micro_epilogue_vs_wgmma (DSA_BUILD_BENCH); run it on
+// the device.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "common/sm90/wgmma.cuh"
+#include "micro.cuh"
 
 namespace {
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 constexpr int kTileA = 64 * 128;   // keys x D, FP8
 constexpr int kTileB = 256 * 128;  // (query, head) x D, FP8
@@ -47,16 +36,16 @@ struct Result {
 
 // kMma: warpgroup 0 multiplies; kEpi: warpgroup 1 reduces.
 template <bool kMma, bool kEpi>
-__global__ void __launch_bounds__(256, 1) concurrent_kernel(Result *out, int epi_iters, int mma_products, float seed) {
+__global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi_iters, int mma_products, float seed) {
   extern __shared__ std::uint8_t raw[];
   const auto base = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
-  std::uint8_t *smem = raw + ((1024u - base % 1024u) % 1024u);
-  std::uint8_t *a = smem;
-  std::uint8_t *b = smem + kTileA;
-  volatile int *done = reinterpret_cast<volatile int *>(smem + kTileA + kTileB);
+  std::uint8_t* smem = raw + ((1024u - base % 1024u) % 1024u);
+  std::uint8_t* a = smem;
+  std::uint8_t* b = smem + kTileA;
+  volatile int* done = reinterpret_cast<volatile int*>(smem + kTileA + kTileB);
   // Small finite FP8 values (0x30..0x37 are 0.5-0.94).
   for (int i = threadIdx.x; i < (kTileA + kTileB) / 4; i += blockDim.x) {
-    reinterpret_cast<std::uint32_t *>(smem)[i] = 0x30313233u + (i & 3);
+    reinterpret_cast<std::uint32_t*>(smem)[i] = 0x30313233u + (i & 3);
   }
   if (threadIdx.x == 0) *done = 0;
   __syncthreads();
@@ -100,35 +89,10 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result *out, int epi
   if constexpr (!kEpi) {
     return;
   } else {
-    float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = seed * static_cast<float>(i - 64 + static_cast<int>(threadIdx.x % 7));
-    float w[8][2];
-#pragma unroll
-    for (int g = 0; g < 8; ++g) {
-      w[g][0] = seed * static_cast<float>(g + 1);
-      w[g][1] = -seed * static_cast<float>(g + 2);
-    }
+    micro::EpilogueRegisters r(seed);
     float sum[8] = {};
     const long long start = clock64();
-    for (int it = 0; it < epi_iters; ++it) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int g = 0; g < 8; ++g) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int i = 4 * (q * 8 + g) + 2 * half + e;
-              const float t = __fadd_rn(acc[i], fabsf(acc[i]));
-              acc[i] = t;
-              sum[q * 2 + half] = __fmaf_rn(w[g][e], t, sum[q * 2 + half]);
-            }
-          }
-        }
-      }
-    }
+    for (int it = 0; it < epi_iters; ++it) micro::reduction_pass(r, sum);
     const long long stop = clock64();
     __syncwarp();
     if (threadIdx.x == 128) *done = 1;
@@ -136,34 +100,34 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result *out, int epi
 #pragma unroll
     for (int s = 0; s < 8; ++s) total += sum[s];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) total += acc[i];
+    for (int i = 0; i < 128; ++i) total += r.acc[i];
     if (threadIdx.x == 128) out[blockIdx.x].epi_cycles = (stop - start) + (total == 12345.0f);
   }
 }
 
 template <bool kMma, bool kEpi>
-void run(const char *name, int sms, int epi_iters, int mma_products) {
-  Result *out = nullptr;
-  CHECK(cudaMalloc(&out, sizeof(Result) * sms));
-  CHECK(cudaMemset(out, 0, sizeof(Result) * sms));
+void run(const char* name, int sms, int epi_iters, int mma_products) {
+  Result* out = nullptr;
+  MICRO_CHECK(cudaMalloc(&out, sizeof(Result) * sms));
+  MICRO_CHECK(cudaMemset(out, 0, sizeof(Result) * sms));
   const int smem = 120 * 1024;
   auto kernel = concurrent_kernel<kMma, kEpi>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MICRO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<sms, 256, smem>>>(out, 8, 8, 1e-3f);  // warm-up
-  CHECK(cudaGetLastError());
+  MICRO_CHECK(cudaGetLastError());
   cudaEvent_t ev0, ev1;
-  CHECK(cudaEventCreate(&ev0));
-  CHECK(cudaEventCreate(&ev1));
-  CHECK(cudaEventRecord(ev0));
+  MICRO_CHECK(cudaEventCreate(&ev0));
+  MICRO_CHECK(cudaEventCreate(&ev1));
+  MICRO_CHECK(cudaEventRecord(ev0));
   kernel<<<sms, 256, smem>>>(out, epi_iters, mma_products, 1e-3f);
-  CHECK(cudaEventRecord(ev1));
-  CHECK(cudaDeviceSynchronize());
+  MICRO_CHECK(cudaEventRecord(ev1));
+  MICRO_CHECK(cudaDeviceSynchronize());
   float ms = 0.0f;
-  CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+  MICRO_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
   std::vector<Result> host(sms);
-  CHECK(cudaMemcpy(host.data(), out, sizeof(Result) * sms, cudaMemcpyDeviceToHost));
+  MICRO_CHECK(cudaMemcpy(host.data(), out, sizeof(Result) * sms, cudaMemcpyDeviceToHost));
   double mma = 0.0, epi = 0.0, products = 0.0;
-  for (const Result &r : host) {
+  for (const Result& r : host) {
     if (kMma) mma += static_cast<double>(r.mma_cycles) / static_cast<double>(r.products);
     products += static_cast<double>(r.products);
     if (kEpi) epi += static_cast<double>(r.epi_cycles) / epi_iters;
@@ -175,14 +139,14 @@ void run(const char *name, int sms, int epi_iters, int mma_products) {
               kMma ? std::to_string(static_cast<int>(mma)).c_str() : "-",
               kEpi ? std::to_string(static_cast<int>(epi)).c_str() : "-", ms, products * 4.194304e6 / (ms * 1e9),
               static_cast<double>(host[0].acc0));
-  CHECK(cudaFree(out));
+  MICRO_CHECK(cudaFree(out));
 }
 
 }  // namespace
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MICRO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf(
       "%d SMs; one product = 4 x wgmma m64n256k32 e4m3 (4.19 MFLOP), "
       "%d products per commit group; one "
