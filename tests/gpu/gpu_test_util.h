@@ -20,11 +20,10 @@ inline SelectOptions make_options(int k, TieBreak ties = TieBreak::kAny, IndexBa
   return o;
 }
 
-// A generated indexer problem; the defaults are tools::ProblemSpec's own
+// The spec of a generated problem; the defaults are tools::ProblemSpec's own
 // (k_row_stride 0 = D).
-inline tools::IndexerProblem indexer_problem(tools::Distribution dist, tools::Layout layout, std::int64_t T,
-                                             std::int64_t N, int K, int H = 64, std::int64_t k_row_stride = 0,
-                                             std::uint64_t seed = 1) {
+inline tools::ProblemSpec problem_spec(tools::Distribution dist, tools::Layout layout, std::int64_t T, std::int64_t N,
+                                       int K, int H = 64, std::int64_t k_row_stride = 0, std::uint64_t seed = 1) {
   tools::ProblemSpec spec;
   spec.dist = dist;
   spec.layout = layout;
@@ -34,7 +33,20 @@ inline tools::IndexerProblem indexer_problem(tools::Distribution dist, tools::La
   spec.K = K;
   spec.k_row_stride = k_row_stride;
   spec.seed = seed;
-  return tools::make_indexer_problem(spec);
+  return spec;
+}
+
+// A generated indexer problem (problem_spec's defaults).
+inline tools::IndexerProblem indexer_problem(tools::Distribution dist, tools::Layout layout, std::int64_t T,
+                                             std::int64_t N, int K, int H = 64, std::int64_t k_row_stride = 0,
+                                             std::uint64_t seed = 1) {
+  return tools::make_indexer_problem(problem_spec(dist, layout, T, N, K, H, k_row_stride, seed));
+}
+
+// A generated score-row problem (K only shapes the kBoundary layout).
+inline tools::ScoresProblem scores_problem(tools::Distribution dist, tools::Layout layout, std::int64_t T,
+                                           std::int64_t N, int K, std::uint64_t seed) {
+  return tools::make_scores_problem(problem_spec(dist, layout, T, N, K, 64, 0, seed));
 }
 
 }  // namespace dsa::testing

@@ -568,13 +568,7 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
   for (std::int64_t N : {std::int64_t{8192}, std::int64_t{16384}}) {
     for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kMixedSign,
                               Distribution::kShifted}) {
-      tools::ProblemSpec spec;
-      spec.dist = dist;
-      spec.layout = Layout::kFull;
-      spec.T = 8;
-      spec.N = N;
-      spec.seed = 29;
-      ScoresProblem prob = tools::make_scores_problem(spec);
+      ScoresProblem prob = testing::scores_problem(dist, Layout::kFull, 8, N, 2048, 29);
       for (std::int64_t t = 0; t < prob.T; ++t) prob.ks[t] = static_cast<std::int32_t>(t % 4);  // every phase
       for (int K : kAllK) {
         const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kRelative, false);
@@ -596,6 +590,28 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
           EXPECT_GE(tr.threshold_passes, 1u) << "row " << t;
           EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;  // a sampled floor that missed adds one
         }
+      }
+    }
+  }
+}
+
+// Many rows of every distribution and K at the lengths each resident
+// geometry holds, with the sampled floor (K = 512, 1024) and without (K =
+// 2048): the narrowing stops at the first bin the top K take whole, which
+// only some rows reach in some pass. A stop test that fired on a bin's
+// count alone (not counting the keys above it in the window) passed the
+// trace test's 8 rows and failed 5 of the fused sweep's 65 shifted rows.
+TEST(TopkGpu, ResidentManyRowsEveryDistribution) {
+  for (std::int64_t N : {std::int64_t{8191}, std::int64_t{16384}}) {
+    for (Distribution dist : tools::all_distributions()) {
+      const ScoresProblem prob = testing::scores_problem(dist, Layout::kCausalSuffix, 256, N, 2048, 41);
+      for (int K : kAllK) {
+        const SelectOptions o = make_options(K, K == 1024 ? TieBreak::kSmallestIndex : TieBreak::kAny,
+                                             IndexBase::kAbsolute, false);
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+        const GpuResult r = run_gpu(prob, o, false, nullptr, TopkEngine::kResident);
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, RowPath::kResident);
       }
     }
   }
