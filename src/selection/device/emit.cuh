@@ -102,6 +102,18 @@ __device__ void emit_whole_row(std::uint64_t* out, const float* row, std::int32_
   }
 }
 
+// write_row's most common case (unsorted, any ties, no values) in a select
+// per slot and no branch: write_row's general slot costs ~20 instructions
+// (docs/perf-log.md "Session 10"). Kept apart from write_row: inlined there,
+// the sampled kernel spills at 64 registers.
+template <int K, int Threads>
+__device__ void write_indices(const std::uint64_t* out, std::int32_t* indices, std::int32_t offset) {
+  for (int slot = threadIdx.x; slot < K; slot += Threads) {
+    const std::uint64_t order = out[slot];
+    indices[slot] = order == kEmptySlot ? -1 : order_pos(order) + offset;
+  }
+}
+
 // K order keys (kEmptySlot = padding) -> the row's indices (pos + offset)
 // and values (value_of(pos, key)), in sorted order when asked. Smallest-index
 // ties promise bit-identical runs, which the atomic slot order of `out` is

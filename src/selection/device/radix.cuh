@@ -157,6 +157,20 @@ struct KeyWindow {
     const int span_bits = 32 - __clz(static_cast<int>(hi - lo));  // 0 when lo == hi
     shift = max(0, span_bits - kBinBits);
   }
+  // The window of the same bins, widened down so that they tile it exactly:
+  // lo = hi + 1 - (2^kBinBits << shift), or 0. Then every key below lo has
+  // bin() >= 2^kBinBits, and so has every key above hi if the window is at
+  // most 2^23 keys wide (keys of scores lie in [2^23 - 1, 2^32 - 2^23], so
+  // hi - key wraps to at least 2^24 - 1) or no key lies above hi (a first
+  // pass): a pass needs no window test, only bin() clamped to 2^kBinBits,
+  // a spare bin.
+  __device__ static KeyWindow tiled(std::uint32_t lo_key, std::uint32_t hi_key) {
+    KeyWindow w(lo_key, hi_key);
+    const std::uint64_t width = std::uint64_t{1} << (w.shift + kBinBits);
+    const std::uint64_t end = static_cast<std::uint64_t>(hi_key) + 1;
+    w.lo = end >= width ? static_cast<std::uint32_t>(end - width) : 0u;
+    return w;
+  }
   __device__ bool holds(std::uint32_t key) const { return lo <= key && key <= hi; }
   __device__ std::uint32_t bin(std::uint32_t key) const { return (hi - key) >> shift; }
   __device__ std::uint32_t bin_top(std::uint32_t b) const { return hi - (b << shift); }

@@ -166,14 +166,14 @@ struct ResidentConfig {
       typename BlockSort::TempStorage sort;  // sorted write-out, after emission
     } row;
     union {
-      std::uint32_t histogram[kBins];  // step 2; zero between passes
+      std::uint32_t histogram[kBins + 1];  // step 2; zero between passes; [kBins]: spare (never read)
       std::uint64_t out[K];            // step 3: emitted order keys
     } work;
     typename Scan::TempStorage scan;
     BinPick pick;  // broadcast of the pass's bin
     device::BlockKeyRange<R::kThreads> key_range;  // of the row
-    std::uint32_t emitted;    // slots of out[] handed out to keys above the K-th
-    std::uint32_t tie_slots;  // slots handed out to its ties (from count_gt; may pass K)
+    std::uint32_t emitted;    // keys appended to out[] from slot 0 (the top K, or those above the K-th)
+    std::uint32_t tie_slots;  // ties appended (at slots count_gt + it; may pass K - count_gt)
   };
 };
 

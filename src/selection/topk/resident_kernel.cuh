@@ -5,15 +5,19 @@
 //   1. load the row once (16-byte loads, all in flight) as keys, with the
 //      row's least and greatest key;
 //   2. histogram passes over the keys of a window (2^11 or 2^12 linear
-//      bins), each narrowing the window to the bin of the K-th largest key,
-//      until a bin is one key wide (at most 3 passes over a 32-bit span):
-//      the K-th key, the keys above it and its ties are then known exactly.
+//      bins that tile it exactly, so no key is tested: keys outside count
+//      in a spare bin), each narrowing the window to the bin of the K-th
+//      largest key, until the top K take the chosen bin whole (usually the
+//      second pass: then the top K are the keys at or above its bottom) or
+//      the bin is one key wide (at most 3 passes over a 32-bit span: the
+//      K-th key, the keys above it and its ties are known exactly).
 //      When the top K is a small share of the row, the first window starts
 //      at a floor sampled from the resident row (no memory traffic), so
-//      most keys take no atomic; a floor above the K-th key shows in the
-//      counts and costs one more pass;
-//   3. one emission pass: the keys above the K-th, then the ties it needs
-//      (the smallest positions for smallest-index ties).
+//      its bins are finer; a floor above the K-th key shows in the counts
+//      and costs one more pass;
+//   3. one emission pass: the keys at or above the bin's bottom, or the
+//      keys above the K-th and then the ties it needs (any, or the smallest
+//      positions for smallest-index ties) in a second pass.
 // Short rows are where the sampled kernel (topk_kernel.cuh) loses: its
 // samples from global memory are a third of the row at 8K, each one
 // reading its own sector.
@@ -57,33 +61,52 @@ class ResidentRow {
     // Window [lo, hi] of keys; `above`: keys above the window; `rank`: the
     // K-th largest key is the rank-th largest inside the window. The first
     // window starts at a sampled floor, below the K-th key but for a
-    // ~4-sigma miss: the keys under it take no atomic, and the bins are
-    // finer. A miss (fewer than K keys at or above the floor) is seen in the
-    // counts, and the next window is the rest of the row.
-    const std::uint32_t lo = sampled_floor(row_lo, hi);
+    // ~4-sigma miss, so its bins are finer. A miss (fewer than K keys at or
+    // above the floor) is seen in the counts, and the next window is the
+    // rest of the row.
+    // Every window but a missed floor's is tiled (KeyWindow::tiled): a pass
+    // tests no key, keys outside the window count in a spare bin. The first
+    // window reaches down to the sampled floor or below, the later ones are
+    // one bin of the pass before (at most 2^21 keys wide).
+    const std::uint32_t floor = sampled_floor(row_lo, hi);
     std::uint32_t above = 0, rank = K, in_window = 0;
-    KeyWindow w(lo, hi);
-    typename Cfg::BinPick pick = pick_bin(w, rank, in_window);
+    KeyWindow w = KeyWindow::tiled(floor, hi);
+    typename Cfg::BinPick pick = pick_bin<true>(w, rank, in_window);
     trace.threshold_passes = 1;
-    if (in_window < rank) {  // the sampled floor lies above the K-th key
+    if (in_window < rank) {  // the sampled floor lies above the K-th key (then w.lo > 0)
       above = in_window;
       rank -= in_window;
-      w = KeyWindow(row_lo, lo - 1);
-      pick = pick_bin(w, rank, in_window);
+      w = KeyWindow(row_lo, w.lo - 1);  // keys above it are tested: they could share its bins
+      pick = pick_bin<false>(w, rank, in_window);
       ++trace.threshold_passes;
     }
-    while (w.shift != 0) {
+    // Narrow until the top K take the chosen bin whole (the rank-th largest
+    // of the window is the bin's least key: the top K are exactly the keys at
+    // or above its bottom, no tie is cut and the keys inside it need no more
+    // passes; on model-like rows this usually ends the second pass) or until
+    // the bin is one key wide.
+    const auto whole = [&] { return pick.above + pick.in == rank; };
+    while (!whole() && w.shift != 0) {
       above += pick.above;
       rank -= pick.above;
-      w = KeyWindow(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
-      pick = pick_bin(w, rank, in_window);
+      w = KeyWindow::tiled(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
+      pick = pick_bin<true>(w, rank, in_window);
       ++trace.threshold_passes;
     }
+    if (whole()) {
+      const std::uint32_t bottom = w.bin_bottom(pick.bin);
+      append_where<false>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
+      __syncthreads();
+      if (p_.trace != nullptr) trace_whole_bin(trace);  // the same for every thread
+      return trace;
+    }
+    // The bin is one key, the K-th, and only some of its ties belong to the
+    // top K.
     const std::uint32_t kth = w.bin_top(pick.bin);
     trace.threshold_key = trace.kth_key = kth;
     trace.count_gt = above + pick.above;
     trace.count_eq = pick.in;
-    emit(kth, trace.count_gt, pick.in);
+    emit_cut(kth, trace.count_gt, pick.in);
     return trace;
   }
 
@@ -141,6 +164,10 @@ class ResidentRow {
       }
     }
     sh_.key_range.publish(least, greatest);
+    if (threadIdx.x == 0) {
+      sh_.emitted = 0;
+      sh_.tie_slots = 0;
+    }
 #pragma unroll
     for (int b = 0; b < Cfg::kBinsPerThread; ++b) sh_.work.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
     __syncthreads();  // keys, per-warp ranges and the zeroed histogram visible
@@ -148,7 +175,9 @@ class ResidentRow {
   }
 
   // Calls fn(slot group index, uint4 keys) over the resident row; every
-  // thread calls it the same number of times (fn may use warp collectives).
+  // thread calls it the same number of times (fn may use warp collectives),
+  // past the row's slot groups with kPadKey groups: visited_keys() keys in
+  // all, the row's len_ and the rest kPadKey.
   template <class Fn>
   __device__ void for_each_group(Fn&& fn) const {
     const std::int32_t groups = slots_ / kVec;
@@ -157,6 +186,44 @@ class ResidentRow {
       const std::int32_t g = base + static_cast<std::int32_t>(threadIdx.x);
       fn(g, g < groups ? keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey});
     }
+  }
+
+  __device__ std::uint32_t visited_keys() const {
+    const std::int32_t groups = slots_ / kVec;
+    return static_cast<std::uint32_t>((groups + R::kThreads - 1) / R::kThreads * R::kThreads * kVec);
+  }
+
+  // The trace of a row whose top K are the keys at or above a bin's bottom
+  // (sh.work.out holds them, a barrier ago): the K-th key is the least of
+  // them, and its ties in the row are all among them. Test hooks only: the
+  // emission's counters serve as the reductions' words. Ends with a barrier.
+  __device__ void trace_whole_bin(RowTrace& trace) {
+    constexpr int kSlots = K / R::kThreads;
+    std::uint32_t keys[kSlots];
+    std::uint32_t least = 0xFFFFFFFFu;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      keys[i] = static_cast<std::uint32_t>(sh_.work.out[i * R::kThreads + threadIdx.x] >> 32);
+      least = min(least, keys[i]);
+    }
+    if (threadIdx.x == 0) {
+      sh_.tie_slots = 0xFFFFFFFFu;
+      sh_.emitted = 0;
+    }
+    __syncthreads();
+    least = __reduce_min_sync(device::kFullWarp, least);
+    if (device::lane_id() == 0) atomicMin(&sh_.tie_slots, least);
+    __syncthreads();
+    const std::uint32_t kth = sh_.tie_slots;
+    std::uint32_t equal = 0;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) equal += keys[i] == kth ? 1u : 0u;
+    equal = __reduce_add_sync(device::kFullWarp, equal);
+    if (device::lane_id() == 0) atomicAdd(&sh_.emitted, equal);
+    __syncthreads();
+    trace.threshold_key = trace.kth_key = kth;
+    trace.count_eq = sh_.emitted;
+    trace.count_gt = K - trace.count_eq;
   }
 
   // The first window's floor: the bottom of the histogram bin (over the
@@ -188,21 +255,39 @@ class ResidentRow {
   // (if that is below rank, no bin holds it and the pick is undefined). Each thread
   // owns kBinsPerThread consecutive bins: after the histogram barrier it
   // reads and re-zeroes them, so the histogram is zero for the next pass.
-  // Every pass takes a plain atomic per key in the window (an add of 1
-  // compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes first
-  // (shuffle, vote, __match_any_sync) measured slower on every
-  // distribution, tie-heavy rows included (docs/perf-log.md, "Session 6").
+  // Every key takes a plain atomic (an add of 1 compiles to
+  // ATOMS.POPC.INC). Merging a warp's same-bin lanes first (shuffle, vote,
+  // __match_any_sync) measured slower on every distribution, tie-heavy rows
+  // included (docs/perf-log.md, "Session 6").
+  // kTiled (w from KeyWindow::tiled, and at most 2^23 keys wide unless no
+  // key lies above it): no key is tested, those outside the window count in
+  // the spare bin kBins; the padding (kPadKey) too, unless the window
+  // reaches down to it, and then thread 0 takes its count back out: ~5
+  // instructions a key, where a test and a branch per key took ~11
+  // (docs/perf-log.md "Session 10"). Else only the window's keys count.
   // Needs the histogram zero and the keys visible at entry; ends with a
   // barrier, every thread gets the pick.
+  template <bool kTiled>
   __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank, std::uint32_t& in_window) {
     std::uint32_t* const histogram = sh_.work.histogram;
-    for_each_group([&](std::int32_t, const uint4& k) {
-      const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
+    if constexpr (kTiled) {
+      constexpr std::uint32_t kSpare = Cfg::kBins;
+      for_each_group([&](std::int32_t, const uint4& k) {
+        const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (w.holds(key[j])) atomicAdd(&histogram[w.bin(key[j])], 1u);
-      }
-    });
+        for (int j = 0; j < kVec; ++j) atomicAdd(&histogram[min(w.bin(key[j]), kSpare)], 1u);
+      });
+      const std::uint32_t pad_bin = min(w.bin(kPadKey), kSpare);
+      if (threadIdx.x == 0 && pad_bin != kSpare) atomicSub(&histogram[pad_bin], visited_keys() - len_);
+    } else {
+      for_each_group([&](std::int32_t, const uint4& k) {
+        const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if (w.holds(key[j])) atomicAdd(&histogram[w.bin(key[j])], 1u);
+        }
+      });
+    }
     __syncthreads();
     return pick_from_histogram(rank, in_window);
   }
@@ -217,60 +302,99 @@ class ResidentRow {
                                                                           rank, total);
   }
 
-  // Step 3: emits the count_gt keys above kth and K - count_gt of its
-  // count_eq ties into sh.out (slots [0, count_gt) in any order, the ties
-  // after them). All ties fit, or kAny takes any of them (slot race), or
-  // smallest-index ties take the smallest positions (a scan of tie counts in
-  // slot order, one per round). Ends with a barrier.
-  __device__ void emit(std::uint32_t kth, std::uint32_t count_gt, std::uint32_t count_eq) {
-    const std::uint32_t take = K - count_gt;
-    const bool cut_by_position = count_eq > take && p_.smallest_index_ties;
-    if (threadIdx.x == 0) {
-      sh_.emitted = 0;
-      sh_.tie_slots = count_gt;
+  // Step 3, emission: appends the keys of the resident row with pred(key)
+  // to sh.work.out: the i-th appended (i from *counter, zero before the
+  // first append and a barrier ago) at slot first + i; with kCapped, those
+  // with i >= cap are not stored. pred must fail kPadKey. Per round of two
+  // slot groups a thread, a warp scans its lanes' counts (shuffles) and
+  // takes one atomic (lane 31's); each lane then stores its keys at
+  // consecutive slots under a predicate (docs/perf-log.md "Session 10": the
+  // earlier per-thread bit masks and warp_append took ~105 instructions a
+  // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
+  // for_each_group does. No barrier.
+  template <bool kCapped, class Pred>
+  __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
+                               std::uint32_t cap = K) {
+    constexpr int kGroups = 2;  // slot groups a thread takes per round
+    constexpr int kKeys = kGroups * kVec;
+    const unsigned lane = device::lane_id();
+    const std::int32_t groups = slots_ / kVec;
+    const uint4* const row_keys = reinterpret_cast<const uint4*>(sh_.row.keys);
+    const auto tid = static_cast<std::int32_t>(threadIdx.x);
+    for (std::int32_t base = 0; base < groups; base += kGroups * R::kThreads) {
+      std::uint32_t key[kKeys];
+      std::uint32_t not_pos0[kGroups];  // ~(row position of the group's first key)
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        const std::int32_t g = base + u * R::kThreads + tid;
+        const uint4 k = g < groups ? row_keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey};
+        key[u * kVec] = k.x;
+        key[u * kVec + 1] = k.y;
+        key[u * kVec + 2] = k.z;
+        key[u * kVec + 3] = k.w;
+        not_pos0[u] = ~static_cast<std::uint32_t>(kVec * g - misalign_);
+      }
+      bool take[kKeys];
+      std::uint32_t count = 0;
+#pragma unroll
+      for (int e = 0; e < kKeys; ++e) {
+        take[e] = pred(key[e]);
+        count += take[e] ? 1u : 0u;
+      }
+      std::uint32_t inclusive = count;  // this lane's and the lanes' below
+#pragma unroll
+      for (int d = 1; d < device::kWarpSize; d *= 2) {
+        const std::uint32_t below = __shfl_up_sync(device::kFullWarp, inclusive, d);
+        if (lane >= static_cast<unsigned>(d)) inclusive += below;
+      }
+      const std::uint32_t total = __shfl_sync(device::kFullWarp, inclusive, device::kWarpSize - 1);
+      if (total == 0) continue;  // the same for the whole warp
+      std::uint32_t slot = 0;
+      if (lane == device::kWarpSize - 1) slot = atomicAdd(counter, inclusive);
+      slot = __shfl_sync(device::kFullWarp, slot, device::kWarpSize - 1) + inclusive - count;
+#pragma unroll
+      for (int e = 0; e < kKeys; ++e) {
+        // order_key(key, pos) with ~pos = ~pos0 - j
+        const std::uint64_t order = (static_cast<std::uint64_t>(key[e]) << 32) | (not_pos0[e / kVec] - e % kVec);
+        if (take[e] && (!kCapped || slot < cap)) sh_.work.out[first + slot] = order;
+        slot += take[e] ? 1u : 0u;
+      }
     }
-    __syncthreads();  // the counters, and every thread is past the last pick
-    std::uint32_t ties_before = 0;  // smallest-index cut: ties in earlier rounds
+  }
+
+  // Emission when the K-th key kth has count_eq ties and only K - count_gt
+  // < count_eq of them belong to the top K: the keys above kth, then the
+  // ties (slots from count_gt): any of them (kAny: the slot race), or the
+  // smallest positions (a scan of tie counts in slot order, one per round).
+  // Ends with a barrier.
+  __device__ void emit_cut(std::uint32_t kth, std::uint32_t count_gt, std::uint32_t count_eq) {
+    const std::uint32_t take = K - count_gt;
+    append_where<false>([kth](std::uint32_t key) { return key > kth; }, &sh_.emitted);
+    if (!p_.smallest_index_ties) {
+      append_where<true>([kth](std::uint32_t key) { return key == kth; }, &sh_.tie_slots, count_gt, take);
+      __syncthreads();
+      return;
+    }
+    std::uint32_t ties_before = 0;  // ties in earlier rounds
     for_each_group([&](std::int32_t g, const uint4& k) {
       const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
-      std::uint32_t above = 0, tied = 0;
+      std::uint32_t tied = 0;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) tied |= static_cast<std::uint32_t>(key[j] == kth) << j;
+      const std::int32_t pos0 = kVec * g - misalign_;
+      // Rank of each tie among all ties in position order (slot order).
+      std::uint32_t rank = 0, round_ties = 0;
+      typename Cfg::Scan(sh_.scan).ExclusiveSum(static_cast<std::uint32_t>(__popc(tied)), rank, round_ties);
+      rank += ties_before;
+      ties_before += round_ties;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        above |= static_cast<std::uint32_t>(key[j] > kth) << j;
-        tied |= static_cast<std::uint32_t>(key[j] == kth) << j;
-      }
-      const std::int32_t pos0 = kVec * g - misalign_;
-      if (__any_sync(device::kFullWarp, above != 0)) {
-        std::uint32_t slot = device::warp_append<3>(__popc(above), &sh_.emitted);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          if ((above >> j) & 1u) sh_.work.out[slot++] = device::order_key(key[j], pos0 + j);
+        if ((tied >> j) & 1u) {
+          if (rank < take) sh_.work.out[count_gt + rank] = device::order_key(kth, pos0 + j);
+          ++rank;
         }
       }
-      if (cut_by_position) {
-        // Rank of each tie among all ties in position order (slot order).
-        std::uint32_t rank = 0, round_ties = 0;
-        typename Cfg::Scan(sh_.scan).ExclusiveSum(static_cast<std::uint32_t>(__popc(tied)), rank, round_ties);
-        rank += ties_before;
-        ties_before += round_ties;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          if ((tied >> j) & 1u) {
-            if (rank < take) sh_.work.out[count_gt + rank] = device::order_key(kth, pos0 + j);
-            ++rank;
-          }
-        }
-        __syncthreads();  // the scan's storage is reused next round
-      } else if (__any_sync(device::kFullWarp, tied != 0)) {
-        std::uint32_t slot = device::warp_append<3>(__popc(tied), &sh_.tie_slots);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          if ((tied >> j) & 1u) {
-            if (slot < K) sh_.work.out[slot] = device::order_key(kth, pos0 + j);
-            ++slot;
-          }
-        }
-      }
+      __syncthreads();  // the scan's storage is reused next round
     });
     __syncthreads();
   }
@@ -306,6 +430,10 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   }
   // Written before the write-out, so the trace's registers are free for the sort.
   if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
+  if (!p.sorted && !p.smallest_index_ties && p.values == nullptr) {
+    device::write_indices<K, R::kThreads>(sh.work.out, p.indices + t * K, p.relative_indices ? 0 : ks);
+    return;
+  }
   device::write_row<K, R::kThreads, typename Cfg::BlockSort>(
       sh.work.out, sh.row.sort, p.indices + t * K, p.values != nullptr ? p.values + t * K : nullptr,
       p.relative_indices ? 0 : ks, p.sorted, p.smallest_index_ties,
