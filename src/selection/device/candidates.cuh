@@ -32,8 +32,11 @@ inline constexpr int kGroupSize = 4;  // elements of one 16-byte load
 
 // Up to Groups * 4 row elements one thread holds after one round of loads:
 // element e = 4u + j is at row position pos0 + u * group_stride + j and
-// present when bit e of `valid` is set. Values stay floats: the filter
+// present when bit e of `valid` is set; an absent element holds kAbsentBits (a
+// NaN, which fails every float compare). Values stay floats: the filter
 // compares them directly.
+inline constexpr std::uint32_t kAbsentBits = 0x7FC00000u;  // a quiet NaN
+
 template <int Groups>
 struct Batch {
   static constexpr int kElements = Groups * kGroupSize;
@@ -69,7 +72,8 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
 #pragma unroll
     for (int u = 0; u < Groups; ++u) {
       const std::int32_t i = base + u * Threads + tid;
-      const float4 v = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float absent = __uint_as_float(kAbsentBits);
+      const float4 v = i < vectors ? __ldg(body + i) : make_float4(absent, absent, absent, absent);
       b.value[u][0] = v.x;
       b.value[u][1] = v.y;
       b.value[u][2] = v.z;
@@ -83,7 +87,12 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const bool present = tid < head || pos < len;
   Batch<Groups> b{};
   b.group_stride = kGroupSize * Threads;
-  b.value[0][0] = present ? __ldg(row + pos) : 0.f;
+#pragma unroll
+  for (int u = 0; u < Groups; ++u) {
+#pragma unroll
+    for (int j = 0; j < kGroupSize; ++j) b.value[u][j] = __uint_as_float(kAbsentBits);
+  }
+  b.value[0][0] = present ? __ldg(row + pos) : __uint_as_float(kAbsentBits);
   b.pos0 = pos;
   b.valid = present ? 1u : 0u;
   fn(b);
@@ -93,12 +102,17 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
 // on floats when tau is the canonical key of a float above -inf (then a NaN,
 // whose key is -inf's, fails both tests as a float compare does, and -0 == +0
 // in both), else on keys (tau <= key(-inf): NaN and -inf pass).
+// kAbsentFails: a Batch's absent elements (kAbsentBits, a NaN) fail both tests,
+// so the filter needs no presence test (~3 of ~9 instructions an element in
+// the SASS, docs/perf-log.md "Session 10").
 struct FloatThreshold {
+  static constexpr bool kAbsentFails = true;
   float tau;
   __device__ __forceinline__ bool above(float v) const { return v > tau; }
   __device__ __forceinline__ bool equal(float v) const { return v == tau; }
 };
 struct KeyThreshold {
+  static constexpr bool kAbsentFails = false;
   std::uint32_t tau;
   __device__ __forceinline__ bool above(float v) const { return score_key(v) > tau; }
   __device__ __forceinline__ bool equal(float v) const { return score_key(v) == tau; }
@@ -136,8 +150,9 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int e = 0; e < Batch<Groups>::kElements; ++e) {
-    gt |= static_cast<std::uint32_t>(b.present(e) && tau.above(b.at(e))) << e;
-    eq |= static_cast<std::uint32_t>(b.present(e) && tau.equal(b.at(e))) << e;
+    const bool present = Threshold::kAbsentFails || b.present(e);
+    gt |= static_cast<std::uint32_t>(present && tau.above(b.at(e))) << e;
+    eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
   }
   count_gt += __popc(gt);
   count_eq += __popc(eq);
