@@ -46,9 +46,10 @@ struct Batch {
   std::uint32_t valid;
   __device__ __forceinline__ bool present(int e) const { return (valid >> e) & 1u; }
   __device__ __forceinline__ float at(int e) const { return value[e / kGroupSize][e % kGroupSize]; }
-  // Arithmetic only, so e may be known only at run time.
-  __device__ __forceinline__ std::int32_t pos(int e) const {
-    return pos0 + (e / kGroupSize) * group_stride + e % kGroupSize;
+  // Arithmetic only, so e may be known only at run time (unsigned: the
+  // division and remainder are a shift and a mask, no sign fix-up).
+  __device__ __forceinline__ std::int32_t pos(unsigned e) const {
+    return pos0 + static_cast<std::int32_t>(e / kGroupSize) * group_stride + static_cast<std::int32_t>(e % kGroupSize);
   }
 };
 
@@ -159,15 +160,15 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
-      const std::int32_t pos = b.pos(__ffs(m) - 1);
-      sink.keys[slot] = score_key(__ldg(row + pos));
+      const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
+      sink.keys[slot] = score_key_fast(__ldg(row + pos));
       sink.pos[slot] = pos;
     }
   }
   if (__any_sync(kFullWarp, eq != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
-      sink.tie_pos[slot] = b.pos(__ffs(m) - 1);
+      sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }
   }
 }
