@@ -86,7 +86,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const std::int32_t tail_start = head + kGroupSize * vectors;
   const std::int32_t pos = tid < head ? tid : tail_start + (tid - head);
   const bool present = tid < head || pos < len;
-  Batch<Groups> b{};
+  Batch<Groups> b;  // every field is set below
   b.group_stride = kGroupSize * Threads;
 #pragma unroll
   for (int u = 0; u < Groups; ++u) {
