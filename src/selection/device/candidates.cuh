@@ -135,8 +135,16 @@ struct CandidateSink {
   std::uint32_t* tie_slots; // slots handed out for keys == tau
 };
 
+// What one thread's filter steps found: exact counts, and the greatest key
+// it stored (a bound for the candidates' radix select).
+struct FilterTally {
+  std::uint32_t count_gt = 0;  // keys > tau
+  std::uint32_t count_eq = 0;  // keys == tau
+  std::uint32_t greatest = 0;  // the greatest key stored in the sink (0: none)
+};
+
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
-// and == tau into count_gt / count_eq and appends them to the sink while there
+// and == tau into the tally and appends them to the sink while there
 // is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group.
 // Each thread then visits only its own set bits (a warp loops as often as
@@ -146,7 +154,7 @@ struct CandidateSink {
 // be picked by a run-time index.
 template <int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
-                                             const float* row, std::uint32_t& count_gt, std::uint32_t& count_eq) {
+                                             const float* row, FilterTally& tally) {
   constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
@@ -155,14 +163,16 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
     gt |= static_cast<std::uint32_t>(present && tau.above(b.at(e))) << e;
     eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
   }
-  count_gt += __popc(gt);
-  count_eq += __popc(eq);
+  tally.count_gt += __popc(gt);
+  tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
       const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
-      sink.keys[slot] = score_key_fast(__ldg(row + pos));
+      const std::uint32_t key = score_key_fast(__ldg(row + pos));
+      sink.keys[slot] = key;
       sink.pos[slot] = pos;
+      tally.greatest = max(tally.greatest, key);
     }
   }
   if (__any_sync(kFullWarp, eq != 0)) {

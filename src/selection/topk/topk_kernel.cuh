@@ -58,7 +58,7 @@ class RowSelect {
   __device__ RowTrace select() {
     RowTrace trace{};
     const std::uint32_t tau = threshold(trace);
-    filter(tau);
+    const std::uint32_t greatest = filter(tau);
     const std::uint32_t count_gt = sh_.count_gt, count_eq = sh_.count_eq;
     trace.threshold_key = tau;
     trace.count_gt = count_gt;
@@ -68,8 +68,11 @@ class RowSelect {
       // The K-th key is > tau, and every key > tau is a candidate unless the
       // buffer overflowed; then the row itself is the item set.
       if (count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity)) {
+        // The candidates' keys lie in [tau + 1, greatest]: the select starts
+        // at the first digit where the bounds differ (model-like rows: the
+        // second of four, docs/perf-log.md "Session 11").
         trace.path = RowPath::kCertified;
-        trace.kth_key = select_and_emit(candidate_items(count_gt), K);
+        trace.kth_key = select_and_emit(candidate_items(count_gt), K, tau + 1, greatest);
       } else {
         trace.path = RowPath::kOverflow;
         trace.kth_key = select_and_emit(row_items(tau + 1, kMaxKey), K);
@@ -220,14 +223,16 @@ class RowSelect {
   }
 
   // Step 2: one pass over the row; exact counts land in sh.count_gt/count_eq.
-  __device__ void filter(std::uint32_t tau) {
+  // Returns the greatest key stored in the candidate buffer (every thread;
+  // 0 when none).
+  __device__ std::uint32_t filter(std::uint32_t tau) {
     const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
                                      static_cast<std::uint32_t>(G::kCandidateCapacity),
                                      &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
-    std::uint32_t count_gt = 0, count_eq = 0;
+    device::FilterTally tally;
     const auto pass = [&](const auto& threshold) {
       device::for_each_row_batch<G::kThreads, G::kLoadUnroll>(row_, len_, [&](const auto& batch) {
-        device::filter_batch(batch, threshold, sink, row_, count_gt, count_eq);
+        device::filter_batch(batch, threshold, sink, row_, tally);
       });
     };
     if (device::float_comparable(tau)) {
@@ -235,13 +240,17 @@ class RowSelect {
     } else {
       pass(device::KeyThreshold{tau});
     }
-    count_gt = __reduce_add_sync(device::kFullWarp, count_gt);
-    count_eq = __reduce_add_sync(device::kFullWarp, count_eq);
+    const std::uint32_t count_gt = __reduce_add_sync(device::kFullWarp, tally.count_gt);
+    const std::uint32_t count_eq = __reduce_add_sync(device::kFullWarp, tally.count_eq);
     if (device::lane_id() == 0) {
       atomicAdd(&sh_.count_gt, count_gt);
       atomicAdd(&sh_.count_eq, count_eq);
     }
+    sh_.key_range.publish(0, tally.greatest);  // the samples' range is no longer read
     __syncthreads();
+    std::uint32_t least = 0, greatest = 0;
+    sh_.key_range.gather(least, greatest);
+    return greatest;
   }
 
   // The first n stored candidates (n <= capacity).
@@ -292,9 +301,11 @@ class RowSelect {
   __device__ void emit_ties(const Items& items, std::uint32_t kth, std::uint32_t take) {
     emitter().emit_ties(items, kth, take);
   }
+  // lo <= every item's key <= hi (block-uniform bounds).
   template <class Items>
-  __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k) {
-    return emitter().select_and_emit(items, k);
+  __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k, std::uint32_t lo = 0,
+                                           std::uint32_t hi = kMaxKey) {
+    return emitter().select_and_emit(items, k, lo, hi);
   }
 
   Storage& sh_;
