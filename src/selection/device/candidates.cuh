@@ -152,7 +152,10 @@ struct FilterTally {
 // a candidate's key is read again from the row (`row`: the batch's
 // positions index it; the line was just loaded), since its register cannot
 // be picked by a run-time index.
-template <int Groups, class Threshold>
+// kTies = false: keys == tau are neither counted nor stored (one compare an
+// element instead of two), for a tau that is unlikely to be a score of the
+// row; the caller must then prove the answer from count_gt alone.
+template <bool kTies, int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
                                              const float* row, FilterTally& tally) {
   constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
@@ -161,10 +164,10 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   for (int e = 0; e < Batch<Groups>::kElements; ++e) {
     const bool present = Threshold::kAbsentFails || b.present(e);
     gt |= static_cast<std::uint32_t>(present && tau.above(b.at(e))) << e;
-    eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
+    if constexpr (kTies) eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
   }
   tally.count_gt += __popc(gt);
-  tally.count_eq += __popc(eq);
+  if constexpr (kTies) tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
@@ -175,7 +178,7 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
       tally.greatest = max(tally.greatest, key);
     }
   }
-  if (__any_sync(kFullWarp, eq != 0)) {
+  if (kTies && __any_sync(kFullWarp, eq != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
       sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
