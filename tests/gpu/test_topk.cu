@@ -464,6 +464,64 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
   }
 }
 
+// The one-compare filter (keys > tau only, for a tau that is a sampled bin's
+// bottom) on every forced path: below K keys above tau (underflow, a tied
+// K-th value) it filters the row again with both compares, and the counts
+// are those of the two-compare filter; with K or more (certified, overflow)
+// the ties are not counted.
+TEST(TopkGpu, ForcedOneCompareFilter) {
+  constexpr std::uint32_t kUncounted = 0xFFFFFFFFu;
+  const auto run = [](const ScoresProblem& prob, int K, float tau, RowPath want, std::uint32_t gt, std::uint32_t eq) {
+    TopkHooks hooks;
+    hooks.force_threshold = true;
+    hooks.forced_threshold_key = score_key(tau);
+    hooks.forced_tau_tie_free = true;
+    for (TopkEngine engine : sampled_engines(K)) {
+      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+        const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+        SCOPED_TRACE("K=" + std::to_string(K) + " tau=" + std::to_string(tau) + " " + engine_name(engine) +
+                     (ties == TieBreak::kAny ? " any" : " deterministic"));
+        const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, want);
+        for (std::int64_t t = 0; t < prob.T; ++t) {
+          if (gt != kUncounted) EXPECT_EQ(r.trace[t].count_gt, gt) << "row " << t;
+          EXPECT_EQ(r.trace[t].count_eq, eq) << "row " << t;
+        }
+      }
+    }
+  };
+  // Every value 4 times; tau with K / 2 keys above it and 4 equal: underflow.
+  const std::int64_t len = 50000, copies = 4, top_value = len / copies - 1;
+  const ScoresProblem quads = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    return std::floor(scrambled(t, s, len) / copies);
+  });
+  const std::int64_t tau_value = (len - 1024) / copies;
+  run(quads, 2048, static_cast<float>(tau_value), RowPath::kUnderflow,
+      static_cast<std::uint32_t>(copies * (top_value - tau_value)), static_cast<std::uint32_t>(copies));
+  // 1000 distinct large scores and 1500 copies of 5.0: the K-th key is tau
+  // (kAny: the tie buffer; smallest-index: its cut, the ties fit the buffer).
+  const std::int64_t short_len = 9000;
+  const ScoresProblem tied = custom_problem(3, short_len, [&](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % short_len;
+    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
+  });
+  run(tied, 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500);
+  // Every key above tau: certified where the buffer holds the row (6000),
+  // overflow where it does not (20000); the ties are not counted.
+  for (std::int64_t n : {6000, 20000}) {
+    tools::ProblemSpec spec;
+    spec.layout = Layout::kFull;
+    spec.T = 4;
+    spec.N = n;
+    const ScoresProblem prob = tools::make_scores_problem(spec);
+    for (int K : {512, 2048}) {
+      run(prob, K, -1e30f, n == 6000 ? RowPath::kCertified : RowPath::kOverflow, static_cast<std::uint32_t>(n),
+          kUncounted);
+    }
+  }
+}
+
 // The design has no segments (one CTA reads the whole row into one buffer),
 // so "one segment flooded" maps to the top values concentrated in one
 // contiguous block: the whole top lies in one stretch of the row.

@@ -46,9 +46,10 @@ struct Batch {
   std::uint32_t valid;
   __device__ __forceinline__ bool present(int e) const { return (valid >> e) & 1u; }
   __device__ __forceinline__ float at(int e) const { return value[e / kGroupSize][e % kGroupSize]; }
-  // Arithmetic only, so e may be known only at run time.
-  __device__ __forceinline__ std::int32_t pos(int e) const {
-    return pos0 + (e / kGroupSize) * group_stride + e % kGroupSize;
+  // Arithmetic only, so e may be known only at run time (unsigned: the
+  // division and remainder are a shift and a mask, no sign fix-up).
+  __device__ __forceinline__ std::int32_t pos(unsigned e) const {
+    return pos0 + static_cast<std::int32_t>(e / kGroupSize) * group_stride + static_cast<std::int32_t>(e % kGroupSize);
   }
 };
 
@@ -85,7 +86,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const std::int32_t tail_start = head + kGroupSize * vectors;
   const std::int32_t pos = tid < head ? tid : tail_start + (tid - head);
   const bool present = tid < head || pos < len;
-  Batch<Groups> b{};
+  Batch<Groups> b;  // every field is set below
   b.group_stride = kGroupSize * Threads;
 #pragma unroll
   for (int u = 0; u < Groups; ++u) {
@@ -134,8 +135,16 @@ struct CandidateSink {
   std::uint32_t* tie_slots; // slots handed out for keys == tau
 };
 
+// What one thread's filter steps found: exact counts, and the greatest key
+// it stored (a bound for the candidates' radix select).
+struct FilterTally {
+  std::uint32_t count_gt = 0;  // keys > tau
+  std::uint32_t count_eq = 0;  // keys == tau
+  std::uint32_t greatest = 0;  // the greatest key stored in the sink (0: none)
+};
+
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
-// and == tau into count_gt / count_eq and appends them to the sink while there
+// and == tau into the tally and appends them to the sink while there
 // is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group.
 // Each thread then visits only its own set bits (a warp loops as often as
@@ -143,31 +152,36 @@ struct CandidateSink {
 // a candidate's key is read again from the row (`row`: the batch's
 // positions index it; the line was just loaded), since its register cannot
 // be picked by a run-time index.
-template <int Groups, class Threshold>
+// kTies = false: keys == tau are neither counted nor stored (one compare an
+// element instead of two), for a tau that is unlikely to be a score of the
+// row; the caller must then prove the answer from count_gt alone.
+template <bool kTies, int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
-                                             const float* row, std::uint32_t& count_gt, std::uint32_t& count_eq) {
+                                             const float* row, FilterTally& tally) {
   constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int e = 0; e < Batch<Groups>::kElements; ++e) {
     const bool present = Threshold::kAbsentFails || b.present(e);
     gt |= static_cast<std::uint32_t>(present && tau.above(b.at(e))) << e;
-    eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
+    if constexpr (kTies) eq |= static_cast<std::uint32_t>(present && tau.equal(b.at(e))) << e;
   }
-  count_gt += __popc(gt);
-  count_eq += __popc(eq);
+  tally.count_gt += __popc(gt);
+  if constexpr (kTies) tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
-      const std::int32_t pos = b.pos(__ffs(m) - 1);
-      sink.keys[slot] = score_key(__ldg(row + pos));
+      const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
+      const std::uint32_t key = score_key_fast(__ldg(row + pos));
+      sink.keys[slot] = key;
       sink.pos[slot] = pos;
+      tally.greatest = max(tally.greatest, key);
     }
   }
-  if (__any_sync(kFullWarp, eq != 0)) {
+  if (kTies && __any_sync(kFullWarp, eq != 0)) {
     std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
-      sink.tie_pos[slot] = b.pos(__ffs(m) - 1);
+      sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }
   }
 }

@@ -109,7 +109,7 @@ struct Config {
     std::uint64_t out[K];                // emitted order keys (candidates.cuh), 0 = padding
     device::RadixShared radix;
     BinPick pick;                                     // broadcast of the threshold bin
-    device::BlockKeyRange<G::kThreads> key_range;  // of the samples
+    device::BlockKeyRange<G::kThreads> key_range;  // of the samples (step 1), then the stored candidates (step 2)
     std::uint32_t gt_slots;   // slots handed out to key > tau (may pass capacity)
     std::uint32_t tie_slots;  // slots handed out to key == tau (may pass capacity)
     std::uint32_t count_gt;   // keys > tau in the row (exact)

@@ -127,6 +127,7 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         params.options.sorted,
                         hooks.force_threshold,
                         hooks.forced_threshold_key,
+                        hooks.forced_tau_tie_free,
                         hooks.trace,
                         hooks.row_mask};
   Instance inst{};

@@ -39,7 +39,8 @@ struct RowTrace {
   RowPath path;
   std::uint32_t threshold_key;  // tau (0 for kDirect)
   std::uint32_t count_gt;       // keys > tau in the row
-  std::uint32_t count_eq;       // keys == tau in the row
+  std::uint32_t count_eq;       // keys == tau in the row; 0xFFFFFFFF: not counted (the
+                                //   sampled kernel's one-compare filter, count_gt >= K)
   std::uint32_t kth_key;        // key of the K-th largest score (0 for kDirect)
   std::uint32_t threshold_passes;  // histogram passes over the samples (0: forced
                                    //   tau, kDirect, or every key passes)
@@ -52,6 +53,10 @@ struct TopkHooks {
   // a tied value -> threshold tie).
   bool force_threshold = false;
   std::uint32_t forced_threshold_key = 0;
+  // Treat the forced tau as the bottom of a sampled bin wider than one key:
+  // the filter compares once an element first (keys > tau), and filters the
+  // row again with both compares when fewer than K keys pass (a float tau only).
+  bool forced_tau_tie_free = false;
   RowTrace* trace = nullptr;  // [num_rows] device memory, or null
   // [num_rows] device memory, or null: rows whose entry is 0 are skipped
   // (nothing written). The fused operator's repair finishes only the rows it

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "common/keys.h"
 #include "common/row_range.cuh"
@@ -38,6 +39,7 @@ struct KernelParams {
   bool sorted;                  // descending score (then ascending index)
   bool force_threshold;         // TopkHooks
   std::uint32_t forced_threshold_key;
+  bool forced_tau_tie_free;     // TopkHooks
   RowTrace* trace;              // [T] or null
   const std::uint32_t* row_mask;  // [T] or null: rows with 0 are skipped
 };
@@ -57,19 +59,24 @@ class RowSelect {
   // Rows with len > K: leaves the K winners in sh.out and returns the trace.
   __device__ RowTrace select() {
     RowTrace trace{};
-    const std::uint32_t tau = threshold(trace);
-    filter(tau);
+    bool tie_free = false;
+    const std::uint32_t tau = threshold(trace, tie_free);
+    bool ties_counted = true;
+    const std::uint32_t greatest = filter(tau, tie_free, ties_counted);
     const std::uint32_t count_gt = sh_.count_gt, count_eq = sh_.count_eq;
     trace.threshold_key = tau;
     trace.count_gt = count_gt;
-    trace.count_eq = count_eq;
+    trace.count_eq = ties_counted ? count_eq : kUncounted;
     const auto all = [](std::uint32_t, std::int32_t) { return true; };
-    if (count_gt >= K) {
+    if (count_gt >= K) {  // (always, when the filter skipped the ties)
       // The K-th key is > tau, and every key > tau is a candidate unless the
       // buffer overflowed; then the row itself is the item set.
       if (count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity)) {
+        // The candidates' keys lie in [tau + 1, greatest]: the select starts
+        // at the first digit where the bounds differ (model-like rows: the
+        // second of four, docs/perf-log.md "Session 11").
         trace.path = RowPath::kCertified;
-        trace.kth_key = select_and_emit(candidate_items(count_gt), K);
+        trace.kth_key = select_and_emit(candidate_items(count_gt), K, tau + 1, greatest);
       } else {
         trace.path = RowPath::kOverflow;
         trace.kth_key = select_and_emit(row_items(tau + 1, kMaxKey), K);
@@ -115,6 +122,7 @@ class RowSelect {
 
  private:
   static constexpr std::uint32_t kMaxKey = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint32_t kUncounted = std::numeric_limits<std::uint32_t>::max();  // RowTrace::count_eq
 
   // S: enough samples that e = S*K/len >= kMinExpectedInTop (then the
   // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
@@ -156,8 +164,13 @@ class RowSelect {
   // the bin itself is histogrammed again (at most 3 passes: 12 bits each over
   // a 32-bit span); one key per bin gives tau = the sample itself, as on
   // tie-heavy rows, whose tied value must be tau, not above it.
+  // tie_free: tau is the bottom of a bin of samples more than one key wide
+  // (the rank-j sample lies in it, and is most likely above its bottom), so
+  // the filter may skip the tie compare; false for a forced tau, tau = 0 and
+  // a one-key bin (the tied value of a tie-heavy row); a forced tau takes
+  // TopkHooks::forced_tau_tie_free.
   // Records the histogram passes in trace. Ends with a barrier in every branch.
-  __device__ std::uint32_t threshold(RowTrace& trace) {
+  __device__ std::uint32_t threshold(RowTrace& trace, bool& tie_free) {
     // Samples come in groups of kSampleGroup neighbours (one 32-byte sector)
     // unless every key is a sample.
     std::int32_t s = sample_count(len_);
@@ -166,6 +179,7 @@ class RowSelect {
     const double rank = fmax(1.0, ceil(expected + kGuard * sqrt(expected)) + 1.0);
     if (p_.force_threshold || rank > s) {
       __syncthreads();  // the counters thread 0 reset are visible to the filter
+      tie_free = p_.force_threshold && p_.forced_tau_tie_free;
       return p_.force_threshold ? p_.forced_threshold_key : 0u;
     }
     auto& th = sh_.phase.threshold;
@@ -212,7 +226,10 @@ class RowSelect {
       ++trace.threshold_passes;
       const typename Cfg::BinPick pick = pick_sample_bin(window, s, wanted);
       const double through = above + pick.above + pick.in;  // samples >= the bin's bottom
-      if (window.shift == 0 || through <= rank * (1.0 + kMaxBinExcess)) return window.bin_bottom(pick.bin);
+      if (window.shift == 0 || through <= rank * (1.0 + kMaxBinExcess)) {
+        tie_free = window.shift != 0;
+        return window.bin_bottom(pick.bin);
+      }
       above += pick.above;
       wanted -= pick.above;
       window = KeyWindow(window.bin_bottom(pick.bin), window.bin_top(pick.bin));
@@ -220,28 +237,55 @@ class RowSelect {
   }
 
   // Step 2: one pass over the row; exact counts land in sh.count_gt/count_eq.
-  __device__ void filter(std::uint32_t tau) {
+  // Returns the greatest key stored in the candidate buffer (every thread;
+  // 0 when none). With tie_free (threshold()) and a float tau, the pass
+  // first compares once an element (keys > tau only: ~2.5 of ~5 instructions
+  // an element, docs/perf-log.md "Session 11"); if that finds fewer than K,
+  // which the sampled rank makes a ~4-sigma miss, the row is filtered again
+  // with both compares. ties_counted: sh.count_eq holds the row's ties (else
+  // count_gt >= K, and the ties were not looked at).
+  __device__ std::uint32_t filter(std::uint32_t tau, bool tie_free, bool& ties_counted) {
     const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
                                      static_cast<std::uint32_t>(G::kCandidateCapacity),
                                      &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
-    std::uint32_t count_gt = 0, count_eq = 0;
-    const auto pass = [&](const auto& threshold) {
+    std::uint32_t greatest = 0;
+    // One pass; ends with a barrier, the counts and `greatest` then visible.
+    const auto pass = [&](auto ties, const auto& threshold) {
+      device::FilterTally tally;
       device::for_each_row_batch<G::kThreads, G::kLoadUnroll>(row_, len_, [&](const auto& batch) {
-        device::filter_batch(batch, threshold, sink, row_, count_gt, count_eq);
+        device::filter_batch<decltype(ties)::value>(batch, threshold, sink, row_, tally);
       });
+      const std::uint32_t count_gt = __reduce_add_sync(device::kFullWarp, tally.count_gt);
+      const std::uint32_t count_eq = __reduce_add_sync(device::kFullWarp, tally.count_eq);
+      if (device::lane_id() == 0) {
+        atomicAdd(&sh_.count_gt, count_gt);
+        atomicAdd(&sh_.count_eq, count_eq);
+      }
+      sh_.key_range.publish(0, tally.greatest);  // the samples' range is no longer read
+      __syncthreads();
+      std::uint32_t least = 0;
+      sh_.key_range.gather(least, greatest);
     };
-    if (device::float_comparable(tau)) {
-      pass(device::FloatThreshold{key_score(tau)});
-    } else {
-      pass(device::KeyThreshold{tau});
+    using WithTies = std::true_type;
+    using WithoutTies = std::false_type;
+    ties_counted = true;
+    if (!device::float_comparable(tau)) {
+      pass(WithTies{}, device::KeyThreshold{tau});
+      return greatest;
     }
-    count_gt = __reduce_add_sync(device::kFullWarp, count_gt);
-    count_eq = __reduce_add_sync(device::kFullWarp, count_eq);
-    if (device::lane_id() == 0) {
-      atomicAdd(&sh_.count_gt, count_gt);
-      atomicAdd(&sh_.count_eq, count_eq);
+    const device::FloatThreshold threshold{key_score(tau)};
+    if (tie_free) {
+      pass(WithoutTies{}, threshold);
+      if (sh_.count_gt >= K) {  // the same for every thread
+        ties_counted = false;
+        return greatest;
+      }
+      __syncthreads();  // every thread has read count_gt
+      if (threadIdx.x == 0) sh_.gt_slots = sh_.count_gt = 0;
+      __syncthreads();
     }
-    __syncthreads();
+    pass(WithTies{}, threshold);
+    return greatest;
   }
 
   // The first n stored candidates (n <= capacity).
@@ -292,9 +336,11 @@ class RowSelect {
   __device__ void emit_ties(const Items& items, std::uint32_t kth, std::uint32_t take) {
     emitter().emit_ties(items, kth, take);
   }
+  // lo <= every item's key <= hi (block-uniform bounds).
   template <class Items>
-  __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k) {
-    return emitter().select_and_emit(items, k);
+  __device__ std::uint32_t select_and_emit(const Items& items, std::uint32_t k, std::uint32_t lo = 0,
+                                           std::uint32_t hi = kMaxKey) {
+    return emitter().select_and_emit(items, k, lo, hi);
   }
 
   Storage& sh_;
