@@ -40,14 +40,21 @@ namespace dsa::selection::topk {
 // every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
 inline constexpr std::uint32_t kPadKey = 0;
 
-template <int K, class R>
+// kDirect: the emission writes each winner's index (position + offset)
+// straight to the row's K output slots, with no out[] and no write-out; for
+// unsorted, any-tie, index-only calls without a trace (the operator's usual
+// call). Else the winners' order keys go to sh.work.out.
+template <int K, class R, bool kDirect>
 class ResidentRow {
  public:
   using Cfg = ResidentConfig<K, R>;
   using Storage = typename Cfg::SharedStorage;
 
-  __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len)
-      : sh_(sh), p_(p), row_(row), len_(len) {
+  // indices/offset: the row's K output slots and the index of position 0
+  // (kDirect only).
+  __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len,
+                         std::int32_t* indices = nullptr, std::int32_t offset = 0)
+      : sh_(sh), p_(p), row_(row), len_(len), indices_(indices), offset_(offset) {
     // Slot s of sh.keys holds position s - misalign_, so the row's 16-byte
     // aligned body lands on 16-byte aligned slots.
     misalign_ = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kVec);
@@ -96,6 +103,7 @@ class ResidentRow {
     if (whole()) {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
       append_where<false>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
+      if constexpr (kDirect) return trace;  // no trace, nothing reads out[]
       __syncthreads();
       if (p_.trace != nullptr) trace_whole_bin(trace);  // the same for every thread
       return trace;
@@ -303,9 +311,10 @@ class ResidentRow {
   }
 
   // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out: the i-th appended (i from *counter, zero before the
-  // first append and a barrier ago) at slot first + i; with kCapped, those
-  // with i >= cap are not stored. pred must fail kPadKey. Per round of two
+  // to sh.work.out (kDirect: their indices to the output): the i-th
+  // appended (i from *counter, zero before the first append and a barrier
+  // ago) at slot first + i; with kCapped, those with i >= cap are not
+  // stored. pred must fail kPadKey. Per round of two
   // slot groups a thread, a warp scans its lanes' counts (shuffles) and
   // takes one atomic (lane 31's); each lane then stores its keys at
   // consecutive slots under a predicate (docs/perf-log.md "Session 10": the
@@ -354,9 +363,14 @@ class ResidentRow {
       slot = __shfl_sync(device::kFullWarp, slot, device::kWarpSize - 1) + inclusive - count;
 #pragma unroll
       for (int e = 0; e < kKeys; ++e) {
-        // order_key(key, pos) with ~pos = ~pos0 - j
-        const std::uint64_t order = (static_cast<std::uint64_t>(key[e]) << 32) | (not_pos0[e / kVec] - e % kVec);
-        if (take[e] && (!kCapped || slot < cap)) sh_.work.out[first + slot] = order;
+        const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
+        if (take[e] && (!kCapped || slot < cap)) {
+          if constexpr (kDirect) {
+            indices_[first + slot] = static_cast<std::int32_t>(~not_pos) + offset_;
+          } else {
+            sh_.work.out[first + slot] = (static_cast<std::uint64_t>(key[e]) << 32) | not_pos;  // order_key
+          }
+        }
         slot += take[e] ? 1u : 0u;
       }
     }
@@ -405,6 +419,8 @@ class ResidentRow {
   std::int32_t len_;
   std::int32_t misalign_;
   std::int32_t slots_ = 0;  // slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec
+  std::int32_t* indices_;   // kDirect: the row's K output slots
+  std::int32_t offset_;     // kDirect: index of row position 0
 };
 
 template <int K, class R>
@@ -421,22 +437,26 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   const std::int32_t ks = range.begin;
   const std::int32_t len = range.end - range.begin;
   const float* row = p.scores + t * p.stride + ks;
+  const std::int32_t offset = p.relative_indices ? 0 : ks;
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     device::emit_whole_row<K, R::kThreads>(sh.work.out, row, len);
     __syncthreads();
+  } else if (!p.sorted && !p.smallest_index_ties && p.values == nullptr && p.trace == nullptr) {
+    ResidentRow<K, R, true>(sh, p, row, len, p.indices + t * K, offset).select();
+    return;
   } else {
-    trace = ResidentRow<K, R>(sh, p, row, len).select();
+    trace = ResidentRow<K, R, false>(sh, p, row, len).select();
   }
   // Written before the write-out, so the trace's registers are free for the sort.
   if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
   if (!p.sorted && !p.smallest_index_ties && p.values == nullptr) {
-    device::write_indices<K, R::kThreads>(sh.work.out, p.indices + t * K, p.relative_indices ? 0 : ks);
+    device::write_indices<K, R::kThreads>(sh.work.out, p.indices + t * K, offset);
     return;
   }
   device::write_row<K, R::kThreads, typename Cfg::BlockSort>(
       sh.work.out, sh.row.sort, p.indices + t * K, p.values != nullptr ? p.values + t * K : nullptr,
-      p.relative_indices ? 0 : ks, p.sorted, p.smallest_index_ties,
+      offset, p.sorted, p.smallest_index_ties,
       // The score's own bits. The row's address is derived again from the
       // parameters (constant bank) rather than kept live through the sort,
       // which at K = 2048 and 64 registers would spill.
