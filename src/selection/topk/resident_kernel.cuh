@@ -203,8 +203,9 @@ class ResidentRow {
 
   // The trace of a row whose top K are the keys at or above a bin's bottom
   // (sh.work.out holds them, a barrier ago): the K-th key is the least of
-  // them, and its ties in the row are all among them. Test hooks only: the
-  // emission's counters serve as the reductions' words. Ends with a barrier.
+  // them (BlockKeyRange, whose row range nothing reads after load()), and
+  // its ties in the row are all among them (counted in sh.emitted, which
+  // the emission no longer needs). Test hooks only. Ends with a barrier.
   __device__ void trace_whole_bin(RowTrace& trace) {
     constexpr int kSlots = K / R::kThreads;
     std::uint32_t keys[kSlots];
@@ -214,15 +215,11 @@ class ResidentRow {
       keys[i] = static_cast<std::uint32_t>(sh_.work.out[i * R::kThreads + threadIdx.x] >> 32);
       least = min(least, keys[i]);
     }
-    if (threadIdx.x == 0) {
-      sh_.tie_slots = 0xFFFFFFFFu;
-      sh_.emitted = 0;
-    }
+    if (threadIdx.x == 0) sh_.emitted = 0;
+    sh_.key_range.publish(least, least);
     __syncthreads();
-    least = __reduce_min_sync(device::kFullWarp, least);
-    if (device::lane_id() == 0) atomicMin(&sh_.tie_slots, least);
-    __syncthreads();
-    const std::uint32_t kth = sh_.tie_slots;
+    std::uint32_t kth = 0, greatest = 0;
+    sh_.key_range.gather(kth, greatest);
     std::uint32_t equal = 0;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) equal += keys[i] == kth ? 1u : 0u;
