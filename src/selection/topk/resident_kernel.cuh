@@ -40,10 +40,13 @@ namespace dsa::selection::topk {
 // every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
 inline constexpr std::uint32_t kPadKey = 0;
 
-// kDirect: the emission writes each winner's index (position + offset)
-// straight to the row's K output slots, with no out[] and no write-out; for
-// unsorted, any-tie, index-only calls without a trace (the operator's usual
-// call). Else the winners' order keys go to sh.work.out.
+// kDirect: a row whose top K are the keys at or above a bin's bottom (no
+// tie cut: most model-like rows) has its winners' indices (position +
+// offset) written straight to the row's K output slots, with no out[] and no
+// write-out; wrote_output() then says so. For unsorted, any-tie, index-only
+// calls without a trace (the operator's usual call). Rows with a tie cut
+// still go through out[]: their direct tie stores measured 7 % slower at
+// 4096 x 8K dead-relu (docs/perf-log.md "Session 11").
 template <int K, class R, bool kDirect>
 class ResidentRow {
  public:
@@ -60,7 +63,11 @@ class ResidentRow {
     misalign_ = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kVec);
   }
 
-  // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out.
+  // kDirect: whether select() wrote the output itself (the same for every thread).
+  __device__ bool wrote_output() const { return wrote_output_; }
+
+  // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out (or,
+  // when wrote_output(), their indices in the output).
   __device__ RowTrace select() {
     RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
     std::uint32_t row_lo = 0, hi = 0;
@@ -102,8 +109,12 @@ class ResidentRow {
     }
     if (whole()) {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
+      if constexpr (kDirect) {
+        append_where<false, true>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
+        wrote_output_ = true;  // the same for every thread
+        return trace;          // no trace, nothing reads out[]
+      }
       append_where<false>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
-      if constexpr (kDirect) return trace;  // no trace, nothing reads out[]
       __syncthreads();
       if (p_.trace != nullptr) trace_whole_bin(trace);  // the same for every thread
       return trace;
@@ -308,7 +319,7 @@ class ResidentRow {
   }
 
   // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out (kDirect: their indices to the output): the i-th
+  // to sh.work.out (kToOutput: their indices to the output): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
   // stored. pred must fail kPadKey. Per round of two
@@ -318,7 +329,7 @@ class ResidentRow {
   // earlier per-thread bit masks and warp_append took ~105 instructions a
   // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
   // for_each_group does. No barrier.
-  template <bool kCapped, class Pred>
+  template <bool kCapped, bool kToOutput = false, class Pred>
   __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
                                std::uint32_t cap = K) {
     constexpr int kGroups = 2;  // slot groups a thread takes per round
@@ -362,7 +373,7 @@ class ResidentRow {
       for (int e = 0; e < kKeys; ++e) {
         const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
         if (take[e] && (!kCapped || slot < cap)) {
-          if constexpr (kDirect) {
+          if constexpr (kToOutput) {
             indices_[first + slot] = static_cast<std::int32_t>(~not_pos) + offset_;
           } else {
             sh_.work.out[first + slot] = (static_cast<std::uint64_t>(key[e]) << 32) | not_pos;  // order_key
@@ -418,6 +429,7 @@ class ResidentRow {
   std::int32_t slots_ = 0;  // slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec
   std::int32_t* indices_;   // kDirect: the row's K output slots
   std::int32_t offset_;     // kDirect: index of row position 0
+  bool wrote_output_ = false;
 };
 
 template <int K, class R>
@@ -440,8 +452,9 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
     device::emit_whole_row<K, R::kThreads>(sh.work.out, row, len);
     __syncthreads();
   } else if (!p.sorted && !p.smallest_index_ties && p.values == nullptr && p.trace == nullptr) {
-    ResidentRow<K, R, true>(sh, p, row, len, p.indices + t * K, offset).select();
-    return;
+    ResidentRow<K, R, true> resident(sh, p, row, len, p.indices + t * K, offset);
+    resident.select();
+    if (resident.wrote_output()) return;
   } else {
     trace = ResidentRow<K, R, false>(sh, p, row, len).select();
   }
