@@ -670,6 +670,9 @@ TEST(TopkGpu, ResidentManyRowsEveryDistribution) {
         const GpuResult r = run_gpu(prob, o, false, nullptr, TopkEngine::kResident);
         EXPECT_EXACT(prob, o, r.out);
         expect_paths(r, prob, K, RowPath::kResident);
+        // Through the operator: no trace, so unsorted any-tie index-only
+        // calls take the emission that writes indices directly.
+        EXPECT_EXACT(prob, o, run_gpu(prob, o, false).out);
       }
     }
   }

@@ -40,20 +40,34 @@ namespace dsa::selection::topk {
 // every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
 inline constexpr std::uint32_t kPadKey = 0;
 
-template <int K, class R>
+// kDirect: a row whose top K are the keys at or above a bin's bottom (no
+// tie cut: most model-like rows) has its winners' indices (position +
+// offset) written straight to the row's K output slots, with no out[] and no
+// write-out; wrote_output() then says so. For unsorted, any-tie, index-only
+// calls without a trace (the operator's usual call). Rows with a tie cut
+// still go through out[]: their direct tie stores measured 7 % slower at
+// 4096 x 8K dead-relu (docs/perf-log.md "Session 11").
+template <int K, class R, bool kDirect>
 class ResidentRow {
  public:
   using Cfg = ResidentConfig<K, R>;
   using Storage = typename Cfg::SharedStorage;
 
-  __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len)
-      : sh_(sh), p_(p), row_(row), len_(len) {
+  // indices/offset: the row's K output slots and the index of position 0
+  // (kDirect only).
+  __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len,
+                         std::int32_t* indices = nullptr, std::int32_t offset = 0)
+      : sh_(sh), p_(p), row_(row), len_(len), indices_(indices), offset_(offset) {
     // Slot s of sh.keys holds position s - misalign_, so the row's 16-byte
     // aligned body lands on 16-byte aligned slots.
     misalign_ = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kVec);
   }
 
-  // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out.
+  // kDirect: whether select() wrote the output itself (the same for every thread).
+  __device__ bool wrote_output() const { return wrote_output_; }
+
+  // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out (or,
+  // when wrote_output(), their indices in the output).
   __device__ RowTrace select() {
     RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
     std::uint32_t row_lo = 0, hi = 0;
@@ -95,6 +109,11 @@ class ResidentRow {
     }
     if (whole()) {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
+      if constexpr (kDirect) {
+        append_where<false, true>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
+        wrote_output_ = true;  // the same for every thread
+        return trace;          // no trace, nothing reads out[]
+      }
       append_where<false>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
       __syncthreads();
       if (p_.trace != nullptr) trace_whole_bin(trace);  // the same for every thread
@@ -195,8 +214,9 @@ class ResidentRow {
 
   // The trace of a row whose top K are the keys at or above a bin's bottom
   // (sh.work.out holds them, a barrier ago): the K-th key is the least of
-  // them, and its ties in the row are all among them. Test hooks only: the
-  // emission's counters serve as the reductions' words. Ends with a barrier.
+  // them (BlockKeyRange, whose row range nothing reads after load()), and
+  // its ties in the row are all among them (counted in sh.emitted, which
+  // the emission no longer needs). Test hooks only. Ends with a barrier.
   __device__ void trace_whole_bin(RowTrace& trace) {
     constexpr int kSlots = K / R::kThreads;
     std::uint32_t keys[kSlots];
@@ -206,15 +226,11 @@ class ResidentRow {
       keys[i] = static_cast<std::uint32_t>(sh_.work.out[i * R::kThreads + threadIdx.x] >> 32);
       least = min(least, keys[i]);
     }
-    if (threadIdx.x == 0) {
-      sh_.tie_slots = 0xFFFFFFFFu;
-      sh_.emitted = 0;
-    }
+    if (threadIdx.x == 0) sh_.emitted = 0;
+    sh_.key_range.publish(least, least);
     __syncthreads();
-    least = __reduce_min_sync(device::kFullWarp, least);
-    if (device::lane_id() == 0) atomicMin(&sh_.tie_slots, least);
-    __syncthreads();
-    const std::uint32_t kth = sh_.tie_slots;
+    std::uint32_t kth = 0, greatest = 0;
+    sh_.key_range.gather(kth, greatest);
     std::uint32_t equal = 0;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) equal += keys[i] == kth ? 1u : 0u;
@@ -303,16 +319,17 @@ class ResidentRow {
   }
 
   // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out: the i-th appended (i from *counter, zero before the
-  // first append and a barrier ago) at slot first + i; with kCapped, those
-  // with i >= cap are not stored. pred must fail kPadKey. Per round of two
+  // to sh.work.out (kToOutput: their indices to the output): the i-th
+  // appended (i from *counter, zero before the first append and a barrier
+  // ago) at slot first + i; with kCapped, those with i >= cap are not
+  // stored. pred must fail kPadKey. Per round of two
   // slot groups a thread, a warp scans its lanes' counts (shuffles) and
   // takes one atomic (lane 31's); each lane then stores its keys at
   // consecutive slots under a predicate (docs/perf-log.md "Session 10": the
   // earlier per-thread bit masks and warp_append took ~105 instructions a
   // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
   // for_each_group does. No barrier.
-  template <bool kCapped, class Pred>
+  template <bool kCapped, bool kToOutput = false, class Pred>
   __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
                                std::uint32_t cap = K) {
     constexpr int kGroups = 2;  // slot groups a thread takes per round
@@ -354,9 +371,14 @@ class ResidentRow {
       slot = __shfl_sync(device::kFullWarp, slot, device::kWarpSize - 1) + inclusive - count;
 #pragma unroll
       for (int e = 0; e < kKeys; ++e) {
-        // order_key(key, pos) with ~pos = ~pos0 - j
-        const std::uint64_t order = (static_cast<std::uint64_t>(key[e]) << 32) | (not_pos0[e / kVec] - e % kVec);
-        if (take[e] && (!kCapped || slot < cap)) sh_.work.out[first + slot] = order;
+        const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
+        if (take[e] && (!kCapped || slot < cap)) {
+          if constexpr (kToOutput) {
+            indices_[first + slot] = static_cast<std::int32_t>(~not_pos) + offset_;
+          } else {
+            sh_.work.out[first + slot] = (static_cast<std::uint64_t>(key[e]) << 32) | not_pos;  // order_key
+          }
+        }
         slot += take[e] ? 1u : 0u;
       }
     }
@@ -405,6 +427,9 @@ class ResidentRow {
   std::int32_t len_;
   std::int32_t misalign_;
   std::int32_t slots_ = 0;  // slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec
+  std::int32_t* indices_;   // kDirect: the row's K output slots
+  std::int32_t offset_;     // kDirect: index of row position 0
+  bool wrote_output_ = false;
 };
 
 template <int K, class R>
@@ -421,22 +446,27 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   const std::int32_t ks = range.begin;
   const std::int32_t len = range.end - range.begin;
   const float* row = p.scores + t * p.stride + ks;
+  const std::int32_t offset = p.relative_indices ? 0 : ks;
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     device::emit_whole_row<K, R::kThreads>(sh.work.out, row, len);
     __syncthreads();
+  } else if (!p.sorted && !p.smallest_index_ties && p.values == nullptr && p.trace == nullptr) {
+    ResidentRow<K, R, true> resident(sh, p, row, len, p.indices + t * K, offset);
+    resident.select();
+    if (resident.wrote_output()) return;
   } else {
-    trace = ResidentRow<K, R>(sh, p, row, len).select();
+    trace = ResidentRow<K, R, false>(sh, p, row, len).select();
   }
   // Written before the write-out, so the trace's registers are free for the sort.
   if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
   if (!p.sorted && !p.smallest_index_ties && p.values == nullptr) {
-    device::write_indices<K, R::kThreads>(sh.work.out, p.indices + t * K, p.relative_indices ? 0 : ks);
+    device::write_indices<K, R::kThreads>(sh.work.out, p.indices + t * K, offset);
     return;
   }
   device::write_row<K, R::kThreads, typename Cfg::BlockSort>(
       sh.work.out, sh.row.sort, p.indices + t * K, p.values != nullptr ? p.values + t * K : nullptr,
-      p.relative_indices ? 0 : ks, p.sorted, p.smallest_index_ties,
+      offset, p.sorted, p.smallest_index_ties,
       // The score's own bits. The row's address is derived again from the
       // parameters (constant bank) rather than kept live through the sort,
       // which at K = 2048 and 64 registers would spill.
