@@ -146,7 +146,8 @@ struct FilterTally {
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
 // and == tau into the tally and appends them to the sink while there
 // is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
-// a candidate, so the append is one atomic per warp round, not per group.
+// a candidate, so the append is one atomic per warp round, not per group
+// (warp_append_scan: a shuffle scan of the lanes' counts).
 // Each thread then visits only its own set bits (a warp loops as often as
 // its busiest lane, usually once or twice, instead of 16 predicated slots);
 // a candidate's key is read again from the row (`row`: the batch's
@@ -158,7 +159,6 @@ struct FilterTally {
 template <bool kTies, int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
                                              const float* row, FilterTally& tally) {
-  constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int e = 0; e < Batch<Groups>::kElements; ++e) {
@@ -169,7 +169,8 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   tally.count_gt += __popc(gt);
   if constexpr (kTies) tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
-    std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
+    std::uint32_t total = 0;
+    std::uint32_t slot = warp_append_scan(__popc(gt), sink.slots, total);
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
       const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
       const std::uint32_t key = score_key_fast(__ldg(row + pos));
@@ -179,7 +180,8 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
     }
   }
   if (kTies && __any_sync(kFullWarp, eq != 0)) {
-    std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
+    std::uint32_t total = 0;
+    std::uint32_t slot = warp_append_scan(__popc(eq), sink.tie_slots, total);
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
       sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }
