@@ -65,7 +65,27 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const std::int32_t vectors = (len - head) / kGroupSize;
   const float4* body = reinterpret_cast<const float4*>(row + head);
   const auto tid = static_cast<std::int32_t>(threadIdx.x);
-  for (std::int32_t base = 0; base < vectors; base += Threads * Groups) {
+  constexpr std::int32_t kRound = Threads * Groups;  // 16-byte groups per round
+  // Full rounds: every load present, no predicate and no NaN fill (~30
+  // instructions a round at Groups = 6, docs/perf-log.md "Session 11").
+  std::int32_t base = 0;
+  for (; base + kRound <= vectors; base += kRound) {
+    Batch<Groups> b;
+    b.valid = (Groups * kGroupSize >= 32) ? 0xFFFFFFFFu : (1u << (Groups * kGroupSize)) - 1u;
+    b.pos0 = head + kGroupSize * (base + tid);
+    b.group_stride = kGroupSize * Threads;
+#pragma unroll
+    for (int u = 0; u < Groups; ++u) {
+      const float4 v = __ldg(body + base + u * Threads + tid);
+      b.value[u][0] = v.x;
+      b.value[u][1] = v.y;
+      b.value[u][2] = v.z;
+      b.value[u][3] = v.w;
+    }
+    fn(b);
+  }
+  // The last, partial round: absent groups hold NaN.
+  if (base < vectors) {
     Batch<Groups> b;
     b.valid = 0;
     b.pos0 = head + kGroupSize * (base + tid);
