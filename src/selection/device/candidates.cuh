@@ -167,7 +167,7 @@ struct FilterTally {
 // and == tau into the tally and appends them to the sink while there
 // is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group
-// (warp_append_scan: a shuffle scan of the lanes' counts).
+// (warp_count_scan and warp_claim: a shuffle scan of the lanes' counts).
 // Each thread then visits only its own set bits (a warp loops as often as
 // its busiest lane, usually once or twice, instead of 16 predicated slots);
 // a candidate's key is read again from the row (`row`: the batch's
@@ -190,7 +190,8 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   if constexpr (kTies) tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t total = 0;
-    std::uint32_t slot = warp_append_scan(__popc(gt), sink.slots, total);
+    const std::uint32_t n = __popc(gt);
+    std::uint32_t slot = warp_claim(sink.slots, n, warp_count_scan(n, total));
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
       const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
       const std::uint32_t key = score_key_fast(__ldg(row + pos));
@@ -201,7 +202,8 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   }
   if (kTies && __any_sync(kFullWarp, eq != 0)) {
     std::uint32_t total = 0;
-    std::uint32_t slot = warp_append_scan(__popc(eq), sink.tie_slots, total);
+    const std::uint32_t n = __popc(eq);
+    std::uint32_t slot = warp_claim(sink.tie_slots, n, warp_count_scan(n, total));
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
       sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }

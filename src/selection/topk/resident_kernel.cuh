@@ -322,10 +322,10 @@ class ResidentRow {
   // to sh.work.out (kToOutput: their indices to the output): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
-  // stored. pred must fail kPadKey. Per round of two
-  // slot groups a thread, a warp scans its lanes' counts and takes one
-  // atomic (device::warp_append_scan); each lane then stores its keys at
-  // consecutive slots under a predicate (docs/perf-log.md "Session 10": the
+  // stored. pred must fail kPadKey. Per round of two slot groups a thread,
+  // a warp scans its lanes' counts and takes one atomic
+  // (device::warp_count_scan, warp_claim); each lane then stores its keys
+  // at consecutive slots under a predicate (docs/perf-log.md "Session 10": the
   // earlier per-thread bit masks and warp_append took ~105 instructions a
   // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
   // for_each_group does. No barrier.
@@ -358,8 +358,9 @@ class ResidentRow {
         count += take[e] ? 1u : 0u;
       }
       std::uint32_t total = 0;
-      std::uint32_t slot = device::warp_append_scan(count, counter, total);
+      const std::uint32_t inclusive = device::warp_count_scan(count, total);
       if (total == 0) continue;  // the same for the whole warp
+      std::uint32_t slot = device::warp_claim(counter, count, inclusive);
 #pragma unroll
       for (int e = 0; e < kKeys; ++e) {
         const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
