@@ -65,7 +65,27 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const std::int32_t vectors = (len - head) / kGroupSize;
   const float4* body = reinterpret_cast<const float4*>(row + head);
   const auto tid = static_cast<std::int32_t>(threadIdx.x);
-  for (std::int32_t base = 0; base < vectors; base += Threads * Groups) {
+  constexpr std::int32_t kRound = Threads * Groups;  // 16-byte groups per round
+  // Full rounds: every load present, no predicate and no NaN fill (~30
+  // instructions a round at Groups = 6, docs/perf-log.md "Session 11").
+  std::int32_t base = 0;
+  for (; base + kRound <= vectors; base += kRound) {
+    Batch<Groups> b;
+    b.valid = (Groups * kGroupSize >= 32) ? 0xFFFFFFFFu : (1u << (Groups * kGroupSize)) - 1u;
+    b.pos0 = head + kGroupSize * (base + tid);
+    b.group_stride = kGroupSize * Threads;
+#pragma unroll
+    for (int u = 0; u < Groups; ++u) {
+      const float4 v = __ldg(body + base + u * Threads + tid);
+      b.value[u][0] = v.x;
+      b.value[u][1] = v.y;
+      b.value[u][2] = v.z;
+      b.value[u][3] = v.w;
+    }
+    fn(b);
+  }
+  // The last, partial round: absent groups hold NaN.
+  if (base < vectors) {
     Batch<Groups> b;
     b.valid = 0;
     b.pos0 = head + kGroupSize * (base + tid);
@@ -146,7 +166,8 @@ struct FilterTally {
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
 // and == tau into the tally and appends them to the sink while there
 // is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
-// a candidate, so the append is one atomic per warp round, not per group.
+// a candidate, so the append is one atomic per warp round, not per group
+// (warp_count_scan and warp_claim: a shuffle scan of the lanes' counts).
 // Each thread then visits only its own set bits (a warp loops as often as
 // its busiest lane, usually once or twice, instead of 16 predicated slots);
 // a candidate's key is read again from the row (`row`: the batch's
@@ -158,7 +179,6 @@ struct FilterTally {
 template <bool kTies, int Groups, class Threshold>
 __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
                                              const float* row, FilterTally& tally) {
-  constexpr int kCountBits = 32 - __builtin_clz(Batch<Groups>::kElements);  // holds kElements
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int e = 0; e < Batch<Groups>::kElements; ++e) {
@@ -169,7 +189,9 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   tally.count_gt += __popc(gt);
   if constexpr (kTies) tally.count_eq += __popc(eq);
   if (__any_sync(kFullWarp, gt != 0)) {
-    std::uint32_t slot = warp_append<kCountBits>(__popc(gt), sink.slots);
+    std::uint32_t total = 0;
+    const std::uint32_t n = __popc(gt);
+    std::uint32_t slot = warp_claim(sink.slots, n, warp_count_scan(n, total));
     for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
       const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
       const std::uint32_t key = score_key_fast(__ldg(row + pos));
@@ -179,7 +201,9 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
     }
   }
   if (kTies && __any_sync(kFullWarp, eq != 0)) {
-    std::uint32_t slot = warp_append<kCountBits>(__popc(eq), sink.tie_slots);
+    std::uint32_t total = 0;
+    const std::uint32_t n = __popc(eq);
+    std::uint32_t slot = warp_claim(sink.tie_slots, n, warp_count_scan(n, total));
     for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
       sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }

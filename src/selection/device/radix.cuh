@@ -55,6 +55,29 @@ __device__ __forceinline__ std::uint32_t warp_append(std::uint32_t n, std::uint3
   return __shfl_sync(kFullWarp, base, 0) + below;
 }
 
+// The same append by an inclusive shuffle scan of the lanes' counts (five
+// shuffles and adds where warp_append takes CountBits ballots and twice as
+// many popcounts), in two steps so that a caller can skip an empty warp's
+// claim: warp_count_scan gives lane i the counts of lanes 0..i and the
+// warp's total; warp_claim then takes the total's slots with one atomic,
+// from lane 31 (which holds it), and returns lane i's first slot.
+__device__ __forceinline__ std::uint32_t warp_count_scan(std::uint32_t n, std::uint32_t& total) {
+  const unsigned lane = lane_id();
+  std::uint32_t inclusive = n;
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d *= 2) {
+    const std::uint32_t below = __shfl_up_sync(kFullWarp, inclusive, d);
+    if (lane >= static_cast<unsigned>(d)) inclusive += below;
+  }
+  total = __shfl_sync(kFullWarp, inclusive, kWarpSize - 1);
+  return inclusive;
+}
+__device__ __forceinline__ std::uint32_t warp_claim(std::uint32_t* counter, std::uint32_t n, std::uint32_t inclusive) {
+  std::uint32_t base = 0;
+  if (lane_id() == kWarpSize - 1) base = atomicAdd(counter, inclusive);
+  return __shfl_sync(kFullWarp, base, kWarpSize - 1) + inclusive - n;
+}
+
 // Warp 0 only: the digit bin (walking down from 255) where the rank-th
 // largest key of the histogram lies; writes prefix | bin << shift and the
 // rank inside that bin to `sh`. Lane l owns bins 255-8l down to 248-8l.

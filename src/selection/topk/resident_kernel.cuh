@@ -322,10 +322,10 @@ class ResidentRow {
   // to sh.work.out (kToOutput: their indices to the output): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
-  // stored. pred must fail kPadKey. Per round of two
-  // slot groups a thread, a warp scans its lanes' counts (shuffles) and
-  // takes one atomic (lane 31's); each lane then stores its keys at
-  // consecutive slots under a predicate (docs/perf-log.md "Session 10": the
+  // stored. pred must fail kPadKey. Per round of two slot groups a thread,
+  // a warp scans its lanes' counts and takes one atomic
+  // (device::warp_count_scan, warp_claim); each lane then stores its keys
+  // at consecutive slots under a predicate (docs/perf-log.md "Session 10": the
   // earlier per-thread bit masks and warp_append took ~105 instructions a
   // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
   // for_each_group does. No barrier.
@@ -334,7 +334,6 @@ class ResidentRow {
                                std::uint32_t cap = K) {
     constexpr int kGroups = 2;  // slot groups a thread takes per round
     constexpr int kKeys = kGroups * kVec;
-    const unsigned lane = device::lane_id();
     const std::int32_t groups = slots_ / kVec;
     const uint4* const row_keys = reinterpret_cast<const uint4*>(sh_.row.keys);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
@@ -358,17 +357,10 @@ class ResidentRow {
         take[e] = pred(key[e]);
         count += take[e] ? 1u : 0u;
       }
-      std::uint32_t inclusive = count;  // this lane's and the lanes' below
-#pragma unroll
-      for (int d = 1; d < device::kWarpSize; d *= 2) {
-        const std::uint32_t below = __shfl_up_sync(device::kFullWarp, inclusive, d);
-        if (lane >= static_cast<unsigned>(d)) inclusive += below;
-      }
-      const std::uint32_t total = __shfl_sync(device::kFullWarp, inclusive, device::kWarpSize - 1);
+      std::uint32_t total = 0;
+      const std::uint32_t inclusive = device::warp_count_scan(count, total);
       if (total == 0) continue;  // the same for the whole warp
-      std::uint32_t slot = 0;
-      if (lane == device::kWarpSize - 1) slot = atomicAdd(counter, inclusive);
-      slot = __shfl_sync(device::kFullWarp, slot, device::kWarpSize - 1) + inclusive - count;
+      std::uint32_t slot = device::warp_claim(counter, count, inclusive);
 #pragma unroll
       for (int e = 0; e < kKeys; ++e) {
         const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
