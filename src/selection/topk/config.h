@@ -31,9 +31,11 @@ struct LongRows {
   // Filter pass: float4 loads in flight per thread per round (the round's
   // 4 * kLoadUnroll elements share one warp-aggregated append). A row's
   // fixed phases (threshold, select, write-out) leave one CTA of an SM
-  // streaming at a time, so its loads in flight bound the read rate; 6 is
-  // the most that compiles without spills for every K.
-  static constexpr int kLoadUnroll = 6;
+  // streaming at a time, so its loads in flight bound the read rate. 8 (a
+  // batch's 32 mask bits) compiles without spills for every K since the
+  // one-compare filter; against 6: 64K -3.0 %, 128K -2.6 %, 32K -1.6 %
+  // (docs/perf-log.md "Session 11").
+  static constexpr int kLoadUnroll = 8;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
 };
@@ -45,7 +47,9 @@ struct LongRows {
 struct WideRows {
   static constexpr int kThreads = 1024;
   static constexpr int kMinCtasPerSm = 1;
-  static constexpr int kLoadUnroll = 4;  // 6 spills at K = 2048
+  // 6 compiles without spills since session 11 but measured no clear change
+  // at 64 x 128K (run-to-run spread 5-18 %), so 4 stays.
+  static constexpr int kLoadUnroll = 4;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
 };
