@@ -40,6 +40,7 @@ inline constexpr std::uint32_t kAbsentBits = 0x7FC00000u;  // a quiet NaN
 template <int Groups>
 struct Batch {
   static constexpr int kElements = Groups * kGroupSize;
+  static_assert(kElements <= 32, "the filter's masks and `valid` hold one bit per element");
   float value[Groups][kGroupSize];
   std::int32_t pos0;          // position of element 0
   std::int32_t group_stride;  // positions from one 16-byte group to the next
