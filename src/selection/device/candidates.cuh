@@ -67,8 +67,9 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const float4* body = reinterpret_cast<const float4*>(row + head);
   const auto tid = static_cast<std::int32_t>(threadIdx.x);
   constexpr std::int32_t kRound = Threads * Groups;  // 16-byte groups per round
-  // Full rounds: every load present, no predicate and no NaN fill (~30
-  // instructions a round at Groups = 6, docs/perf-log.md "Session 11").
+  // Full rounds: every load present, no predicate and no NaN fill (the
+  // predicated form spent ~30 instructions a round on them at Groups = 6,
+  // docs/perf-log.md "Session 11").
   std::int32_t base = 0;
   for (; base + kRound <= vectors; base += kRound) {
     Batch<Groups> b;
@@ -166,7 +167,7 @@ struct FilterTally {
 
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
 // and == tau into the tally and appends them to the sink while there
-// is room. A warp round (32 threads x 16-24 elements at 3% pass rate) usually has
+// is room. A warp round (32 threads x 16-32 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group
 // (warp_count_scan and warp_claim: a shuffle scan of the lanes' counts).
 // Each thread then visits only its own set bits (a warp loops as often as
