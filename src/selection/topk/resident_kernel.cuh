@@ -109,12 +109,11 @@ class ResidentRow {
     }
     if (whole()) {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
+      append_where<false, kDirect>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
       if constexpr (kDirect) {
-        append_where<false, true>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
         wrote_output_ = true;  // the same for every thread
         return trace;          // no trace, nothing reads out[]
       }
-      append_where<false>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
       __syncthreads();
       if (p_.trace != nullptr) trace_whole_bin(trace);  // the same for every thread
       return trace;
