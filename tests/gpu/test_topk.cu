@@ -485,7 +485,7 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
         EXPECT_EXACT(prob, o, r.out);
         expect_paths(r, prob, K, want);
         for (std::int64_t t = 0; t < prob.T; ++t) {
-          if (gt != kUncounted) EXPECT_EQ(r.trace[t].count_gt, gt) << "row " << t;
+          EXPECT_EQ(r.trace[t].count_gt, gt) << "row " << t;
           EXPECT_EQ(r.trace[t].count_eq, eq) << "row " << t;
         }
       }
@@ -510,11 +510,7 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
   // Every key above tau: certified where the buffer holds the row (6000),
   // overflow where it does not (20000); the ties are not counted.
   for (std::int64_t n : {6000, 20000}) {
-    tools::ProblemSpec spec;
-    spec.layout = Layout::kFull;
-    spec.T = 4;
-    spec.N = n;
-    const ScoresProblem prob = tools::make_scores_problem(spec);
+    const ScoresProblem prob = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, n, 2048, 1);
     for (int K : {512, 2048}) {
       run(prob, K, -1e30f, n == 6000 ? RowPath::kCertified : RowPath::kOverflow, static_cast<std::uint32_t>(n),
           kUncounted);
