@@ -277,56 +277,51 @@ class ResidentRow {
   // to sh.work.out (kToOutput: their indices to the output): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
-  // stored. pred must fail kPadKey. Per round of two slot groups a thread,
-  // a warp scans its lanes' counts and takes one atomic
-  // (device::warp_count_scan, warp_claim); each lane then stores its keys
-  // at consecutive slots under a predicate (docs/perf-log.md "Session 10": the
-  // earlier per-thread bit masks and warp_append took ~105 instructions a
-  // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
-  // for_each_group does. No barrier.
+  // stored. pred must fail kPadKey. A thread tests the keys of up to 8
+  // slot groups into one bit mask; its warp scans the lanes' counts and
+  // takes one atomic (device::warp_count_scan, warp_claim); each lane then
+  // stores only its taken keys, walking the mask's set bits (a taken key
+  // a loop turn, where rounds of two groups stored every key under a
+  // predicate: ~16 instructions a key at 8K, docs/perf-log.md "Session
+  // 12"). Visits the keys for_each_group does. No barrier.
   template <bool kCapped, bool kToOutput = false, class Pred>
   __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
                                std::uint32_t cap = K) {
-    constexpr int kGroups = 2;  // slot groups a thread takes per round
-    constexpr int kKeys = kGroups * kVec;
+    constexpr int kGroups = 32 / kVec;  // slot groups a thread tests per mask
     const std::int32_t groups = slots_ / kVec;
     const uint4* const row_keys = reinterpret_cast<const uint4*>(sh_.row.keys);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
     for (std::int32_t base = 0; base < groups; base += kGroups * R::kThreads) {
-      std::uint32_t key[kKeys];
-      std::uint32_t not_pos0[kGroups];  // ~(row position of the group's first key)
+      std::uint32_t mask = 0;  // bit kVec * u + j: key j of slot group base + u * kThreads + tid
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         const std::int32_t g = base + u * R::kThreads + tid;
-        const uint4 k = g < groups ? row_keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey};
-        key[u * kVec] = k.x;
-        key[u * kVec + 1] = k.y;
-        key[u * kVec + 2] = k.z;
-        key[u * kVec + 3] = k.w;
-        not_pos0[u] = ~static_cast<std::uint32_t>(kVec * g - misalign_);
+        if (g < groups) {
+          const uint4 k = row_keys[g];
+          const std::uint32_t bits = (pred(k.x) ? 1u : 0u) | (pred(k.y) ? 2u : 0u) | (pred(k.z) ? 4u : 0u) |
+                                     (pred(k.w) ? 8u : 0u);
+          mask |= bits << (kVec * u);
+        }
       }
-      bool take[kKeys];
-      std::uint32_t count = 0;
-#pragma unroll
-      for (int e = 0; e < kKeys; ++e) {
-        take[e] = pred(key[e]);
-        count += take[e] ? 1u : 0u;
-      }
+      const auto count = static_cast<std::uint32_t>(__popc(mask));
       std::uint32_t total = 0;
       const std::uint32_t inclusive = device::warp_count_scan(count, total);
       if (total == 0) continue;  // the same for the whole warp
       std::uint32_t slot = device::warp_claim(counter, count, inclusive);
-#pragma unroll
-      for (int e = 0; e < kKeys; ++e) {
-        const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
-        if (take[e] && (!kCapped || slot < cap)) {
+      // Slot of mask bit b: kVec * (base + (b / kVec) * kThreads + tid) + b % kVec.
+      const std::int32_t slot0 = kVec * (base + tid);
+      while (mask != 0) {
+        const auto b = static_cast<std::uint32_t>(31 - __clz(mask));  // from the top: one FLO
+        mask ^= 1u << b;
+        const std::int32_t key_slot = slot0 + static_cast<std::int32_t>((b / kVec) * (kVec * R::kThreads) + b % kVec);
+        if (!kCapped || slot < cap) {
           if constexpr (kToOutput) {
-            indices_[first + slot] = static_cast<std::int32_t>(~not_pos) + offset_;
+            indices_[first + slot] = key_slot - misalign_ + offset_;
           } else {
-            sh_.work.out[first + slot] = (static_cast<std::uint64_t>(key[e]) << 32) | not_pos;  // order_key
+            sh_.work.out[first + slot] = device::order_key(sh_.row.keys[key_slot], key_slot - misalign_);
           }
         }
-        slot += take[e] ? 1u : 0u;
+        ++slot;
       }
     }
   }
