@@ -39,8 +39,8 @@ inline constexpr std::uint32_t kPadKey = 0;
 
 // kDirect: a row whose top K are the keys at or above a bin's bottom (no
 // tie cut: most model-like rows) has its winners' indices (position +
-// offset) written straight to the row's K output slots, with no out[] and no
-// write-out; wrote_output() then says so. For unsorted, any-tie, index-only
+// offset) staged in shared memory and copied to the row's K output slots,
+// with no order keys and no write-out; wrote_output() then says so. For unsorted, any-tie, index-only
 // calls without a trace (the operator's usual call). Rows with a tie cut
 // still go through out[]: their direct tie stores measured 7 % slower at
 // 4096 x 8K dead-relu (docs/perf-log.md "Session 11").
@@ -97,6 +97,10 @@ class ResidentRow {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
       append_where<false, kDirect>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
       if constexpr (kDirect) {
+        // The K indices staged in out[]'s storage, copied out coalesced.
+        __syncthreads();
+        const std::int32_t* const staged = staged_indices();
+        for (int slot = threadIdx.x; slot < K; slot += R::kThreads) indices_[slot] = staged[slot];
         wrote_output_ = true;  // the same for every thread
         return trace;          // no trace, nothing reads out[]
       }
@@ -274,7 +278,7 @@ class ResidentRow {
   }
 
   // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out (kToOutput: their indices to the output): the i-th
+  // to sh.work.out (kToOutput: their indices to staged_indices()): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
   // stored. pred must fail kPadKey. A thread tests the keys of up to 8
@@ -316,7 +320,7 @@ class ResidentRow {
         const std::int32_t key_slot = slot0 + static_cast<std::int32_t>((b / kVec) * (kVec * R::kThreads) + b % kVec);
         if (!kCapped || slot < cap) {
           if constexpr (kToOutput) {
-            indices_[first + slot] = key_slot - misalign_ + offset_;
+            staged_indices()[first + slot] = key_slot - misalign_ + offset_;
           } else {
             sh_.work.out[first + slot] = device::order_key(sh_.row.keys[key_slot], key_slot - misalign_);
           }
@@ -325,6 +329,12 @@ class ResidentRow {
       }
     }
   }
+
+  // kDirect: the whole-bin emission's indices (pos + offset) by slot, in
+  // out[]'s storage (a lane's taken keys go to consecutive slots, so stores
+  // straight to global memory scatter a warp's store over its whole claim:
+  // 8K model-like measured 30 % slower that way, docs/perf-log.md "Session 12").
+  __device__ std::int32_t* staged_indices() const { return reinterpret_cast<std::int32_t*>(sh_.work.out); }
 
   // Emission when the K-th key kth has count_eq ties and only K - count_gt
   // < count_eq of them belong to the top K: the keys above kth, then the
