@@ -417,7 +417,9 @@ TEST(TopkGpu, ForcedAllPassFitsBuffer) {
 // All-equal rows, unforced. Sampled kernel: tau is the value, count(> tau)
 // = 0 and count(== tau) = len; kAny takes ties from the tie buffer,
 // smallest-index ties with len > K find them in the row (tie repair).
-// Resident kernel: one pass (the key range is one key), every key a tie.
+// Resident kernel: every key in one bin of each pass, so 3 passes (the
+// key's top 11 bits, then 11 and 10 more) end at a one-key bin; every key
+// is a tie.
 TEST(TopkGpu, AllEqualRows) {
   const ScoresProblem prob = custom_problem(5, 7000, [](std::int64_t t, std::int64_t) {
     return t == 4 ? -0.0f : 1.5f * static_cast<float>(t + 1);
@@ -432,7 +434,7 @@ TEST(TopkGpu, AllEqualRows) {
       EXPECT_EXACT(prob, o, resident.out);
       expect_paths(resident, prob, K, RowPath::kResident);
       for (const RowTrace& tr : resident.trace) {
-        EXPECT_EQ(tr.threshold_passes, 1u);
+        EXPECT_EQ(tr.threshold_passes, 3u);
         EXPECT_EQ(tr.count_gt, 0u);
         EXPECT_EQ(tr.count_eq, 7000u);
       }
@@ -642,7 +644,7 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
           EXPECT_EQ(tr.count_gt, gt) << "row " << t;
           EXPECT_EQ(tr.count_eq, eq) << "row " << t;
           EXPECT_GE(tr.threshold_passes, 1u) << "row " << t;
-          EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;  // a sampled floor that missed adds one
+          EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;  // the key's top bits, then 2 more passes at most
         }
       }
     }
@@ -650,8 +652,7 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
 }
 
 // Many rows of every distribution and K at the lengths each resident
-// geometry holds, with the sampled floor (K = 512, 1024) and without (K =
-// 2048): the narrowing stops at the first bin the top K take whole, which
+// geometry holds: the narrowing stops at the first bin the top K take whole, which
 // only some rows reach in some pass. A stop test that fired on a bin's
 // count alone (not counting the keys above it in the window) passed the
 // trace test's 8 rows and failed 5 of the fused sweep's 65 shifted rows.
@@ -674,31 +675,38 @@ TEST(TopkGpu, ResidentManyRowsEveryDistribution) {
   }
 }
 
-// Rows built so the strided samples of the first window's floor all sit
-// on the row's largest values: the floor lies above the K-th key, the
-// counts show it, and one more pass over the rest of the row finds it.
-// (K = 2048 keeps more than a quarter of an 8000-key row: no floor.)
-TEST(TopkGpu, ResidentSampledFloorMisses) {
-  const std::int64_t len = 8000;
-  const std::int64_t samples = selection::topk::ResidentRows8K::kThreads;
-  const ScoresProblem prob = custom_problem(2, len, [&](std::int64_t t, std::int64_t s) {
-    // The sample positions (2i + 1) len / (2 samples) hold 100000 + i, the
-    // rest distinct values below len: fewer than K keys reach the floor.
-    const std::int64_t i = s * samples / len;
-    const bool sampled = (2 * i + 1) * len / (2 * samples) == s;
-    return sampled ? 100000.0f + static_cast<float>(i) : scrambled(t, s, len);
-  });
-  for (int K : {512, 1024}) {
-    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
-      const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
-      const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
-      SCOPED_TRACE("K=" + std::to_string(K));
-      EXPECT_EXACT(prob, o, r.out);
-      expect_paths(r, prob, K, RowPath::kResident);
-      for (const RowTrace& tr : r.trace) {
-        EXPECT_GE(tr.threshold_passes, 2u);  // the missed window, then the rest
-        EXPECT_LE(tr.threshold_passes, 4u);
-        EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(K - 1));  // distinct scores
+// Rows whose K-th largest key sits on an edge of every pass's bins: the
+// key 0xC0000000 (score 2.0, a multiple of 2^21 and so of every bin width
+// of both geometries) is the K-th largest (even rows: the bottom of its
+// bin in the first pass) or the key just below it is (odd rows: the top
+// of the bin below, found by the later passes), the other keys distinct
+// and spaced 1 or 2049 keys apart (so they fill one first-pass bin or
+// straddle many), in both geometries, sorted or not, for every K.
+TEST(TopkGpu, ResidentKthOnBinEdges) {
+  constexpr std::int64_t kEdge = 0xC0000000;
+  for (std::int64_t len : {std::int64_t{8000}, std::int64_t{16000}}) {
+    for (int K : kAllK) {
+      const ScoresProblem prob = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
+        const std::int64_t rank = (s * 7919 + t * 13) % len;  // 0 = largest; 7919 is prime to len
+        const std::int64_t step = t < 2 ? 1 : 2049;
+        return key_score(static_cast<std::uint32_t>(kEdge - t % 2 + (K - 1 - rank) * step));
+      });
+      for (bool sorted : {false, true}) {
+        const SelectOptions o = make_options(K, TieBreak::kAny, IndexBase::kAbsolute, sorted);
+        SCOPED_TRACE("len=" + std::to_string(len) + " K=" + std::to_string(K) + (sorted ? " sorted" : ""));
+        const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, RowPath::kResident);
+        for (std::int64_t t = 0; t < prob.T; ++t) {
+          const RowTrace& tr = r.trace[t];
+          EXPECT_EQ(tr.kth_key, static_cast<std::uint32_t>(kEdge - t % 2)) << "row " << t;
+          EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(K - 1)) << "row " << t;
+          EXPECT_EQ(tr.count_eq, 1u) << "row " << t;
+          EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;
+        }
+        // Through the operator: no trace, so unsorted calls take the
+        // emission that writes indices directly.
+        EXPECT_EXACT(prob, o, run_gpu(prob, o, false).out);
       }
     }
   }

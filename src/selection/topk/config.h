@@ -175,7 +175,7 @@ struct ResidentConfig {
     } work;
     typename Scan::TempStorage scan;
     BinPick pick;  // broadcast of the pass's bin
-    device::BlockKeyRange<R::kThreads> key_range;  // of the row
+    device::BlockKeyRange<R::kThreads> key_range;  // the trace of a whole-bin row (its least key)
     std::uint32_t emitted;    // keys appended to out[] from slot 0 (the top K, or those above the K-th)
     std::uint32_t tie_slots;  // ties appended (at slots count_gt + it; may pass K - count_gt)
   };

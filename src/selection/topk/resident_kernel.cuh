@@ -2,19 +2,16 @@
 // "Resident rows"): one CTA holds its whole row in shared memory as order
 // keys and selects by histogram passes over it, with no candidate buffer
 // and no repair path (every answer is exact by construction):
-//   1. load the row once (16-byte loads, all in flight) as keys, with the
-//      row's least and greatest key;
-//   2. histogram passes over the keys of a window (2^11 or 2^12 linear
-//      bins that tile it exactly, so no key is tested: keys outside count
-//      in a spare bin), each narrowing the window to the bin of the K-th
-//      largest key, until the top K take the chosen bin whole (usually the
-//      second pass: then the top K are the keys at or above its bottom) or
-//      the bin is one key wide (at most 3 passes over a 32-bit span: the
-//      K-th key, the keys above it and its ties are known exactly).
-//      When the top K is a small share of the row, the first window starts
-//      at a floor sampled from the resident row (no memory traffic), so
-//      its bins are finer; a floor above the K-th key shows in the counts
-//      and costs one more pass;
+//   1. load the row once (16-byte loads, all in flight) as keys, and count
+//      each key in a histogram of its top 11 or 12 bits: the first pass;
+//   2. histogram passes over the keys of a window, the first pass's bin of
+//      the K-th largest key (2^11 or 2^12 linear bins that tile it exactly,
+//      so no key is tested: keys outside count in a spare bin), each
+//      narrowing the window to the bin of the K-th largest key, until the
+//      top K take the chosen bin whole (usually the second pass: then the
+//      top K are the keys at or above its bottom) or the bin is one key
+//      wide (at most 3 passes over the 32-bit key: the K-th key, the keys
+//      above it and its ties are known exactly);
 //   3. one emission pass: the keys at or above the bin's bottom, or the
 //      keys above the K-th and then the ties it needs (any, or the smallest
 //      positions for smallest-index ties) in a second pass.
@@ -42,8 +39,8 @@ inline constexpr std::uint32_t kPadKey = 0;
 
 // kDirect: a row whose top K are the keys at or above a bin's bottom (no
 // tie cut: most model-like rows) has its winners' indices (position +
-// offset) written straight to the row's K output slots, with no out[] and no
-// write-out; wrote_output() then says so. For unsorted, any-tie, index-only
+// offset) staged in shared memory and copied to the row's K output slots,
+// with no order keys and no write-out; wrote_output() then says so. For unsorted, any-tie, index-only
 // calls without a trace (the operator's usual call). Rows with a tie cut
 // still go through out[]: their direct tie stores measured 7 % slower at
 // 4096 x 8K dead-relu (docs/perf-log.md "Session 11").
@@ -70,30 +67,19 @@ class ResidentRow {
   // when wrote_output(), their indices in the output).
   __device__ RowTrace select() {
     RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
-    std::uint32_t row_lo = 0, hi = 0;
-    load(row_lo, hi);
     // Window [lo, hi] of keys; `above`: keys above the window; `rank`: the
     // K-th largest key is the rank-th largest inside the window. The first
-    // window starts at a sampled floor, below the K-th key but for a
-    // ~4-sigma miss, so its bins are finer. A miss (fewer than K keys at or
-    // above the floor) is seen in the counts, and the next window is the
-    // rest of the row.
-    // Every window but a missed floor's is tiled (KeyWindow::tiled): a pass
-    // tests no key, keys outside the window count in a spare bin. The first
-    // window reaches down to the sampled floor or below, the later ones are
-    // one bin of the pass before (at most 2^21 keys wide).
-    const std::uint32_t floor = sampled_floor(row_lo, hi);
+    // window is every key (its bins are the keys' top kBinBits bits), and
+    // its histogram is taken while the row loads, so the first pass over
+    // the resident row is the second window's. Every window is tiled
+    // (KeyWindow::tiled): a pass tests no key, keys outside the window
+    // count in a spare bin. Each later window is one bin of the pass before
+    // (at most 2^21 keys wide).
+    load();
     std::uint32_t above = 0, rank = K, in_window = 0;
-    KeyWindow w = KeyWindow::tiled(floor, hi);
-    typename Cfg::BinPick pick = pick_bin<true>(w, rank, in_window);
+    KeyWindow w = KeyWindow::tiled(0, 0xFFFFFFFFu);
+    typename Cfg::BinPick pick = pick_from_histogram(rank, in_window);
     trace.threshold_passes = 1;
-    if (in_window < rank) {  // the sampled floor lies above the K-th key (then w.lo > 0)
-      above = in_window;
-      rank -= in_window;
-      w = KeyWindow(row_lo, w.lo - 1);  // keys above it are tested: they could share its bins
-      pick = pick_bin<false>(w, rank, in_window);
-      ++trace.threshold_passes;
-    }
     // Narrow until the top K take the chosen bin whole (the rank-th largest
     // of the window is the bin's least key: the top K are exactly the keys at
     // or above its bottom, no tie is cut and the keys inside it need no more
@@ -104,13 +90,17 @@ class ResidentRow {
       above += pick.above;
       rank -= pick.above;
       w = KeyWindow::tiled(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
-      pick = pick_bin<true>(w, rank, in_window);
+      pick = pick_bin(w, rank, in_window);
       ++trace.threshold_passes;
     }
     if (whole()) {
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
       append_where<false, kDirect>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
       if constexpr (kDirect) {
+        // The K indices staged in out[]'s storage, copied out coalesced.
+        __syncthreads();
+        const std::int32_t* const staged = staged_indices();
+        for (int slot = threadIdx.x; slot < K; slot += R::kThreads) indices_[slot] = staged[slot];
         wrote_output_ = true;  // the same for every thread
         return trace;          // no trace, nothing reads out[]
       }
@@ -130,14 +120,24 @@ class ResidentRow {
 
  private:
   static constexpr int kVec = device::kGroupSize;  // keys per 16-byte slot group
+  // The first pass's bins, KeyWindow::tiled(0, 2^32 - 1)'s: bin(key) =
+  // (2^32 - 1 - key) >> kFirstShift = ~key >> kFirstShift.
+  static constexpr int kFirstShift = 32 - Cfg::kBinBits;
 
   using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
 
-  // Step 1: the row's keys into sh.keys, the least and greatest key of the
-  // row into lo/hi (every thread). Ends with a barrier.
-  __device__ void load(std::uint32_t& lo, std::uint32_t& hi) {
+  // Step 1: the row's keys into sh.keys and the first pass's histogram:
+  // each key counts in bin ~key >> (32 - kBinBits) (KeyWindow::tiled(0,
+  // 2^32 - 1)'s bins: the key's top bits), which is one shift and a mask
+  // beside its atomic, where the row's least and greatest key (the window
+  // the passes used before) took two min/max and a block reduction, and
+  // a pass over the row after it. The padding is not counted. One round of
+  // 16-byte loads covers kMaxLen; the histogram is zeroed and a barrier
+  // passed while they are in flight. Ends with a barrier.
+  __device__ void load() {
+    static_assert(R::kThreads * R::kLoadGroups * kVec == R::kMaxLen, "one round of loads covers a row");
     const std::int32_t head_len = min(len_, (kVec - misalign_) % kVec);  // positions before the aligned body
-    const std::int32_t vectors = (len_ - head_len) / kVec;
+    const std::int32_t vectors = (len_ - head_len) / kVec;  // <= kMaxLen / kVec
     // The body's first slot: misalign_ + head_len, which is 0 or kVec.
     const std::int32_t body_slot = misalign_ + head_len;
     const std::int32_t tail_slot = body_slot + kVec * vectors;  // slots past the body: the tail
@@ -145,51 +145,48 @@ class ResidentRow {
     const float4* body = reinterpret_cast<const float4*>(row_ + head_len);
     uint4* const dst = reinterpret_cast<uint4*>(sh_.row.keys + body_slot);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
-    std::uint32_t least = 0xFFFFFFFFu, greatest = 0;
-    for (std::int32_t base = 0; base < vectors; base += R::kThreads * R::kLoadGroups) {
-      float4 v[R::kLoadGroups];
+    float4 v[R::kLoadGroups];
 #pragma unroll
-      for (int u = 0; u < R::kLoadGroups; ++u) {
-        const std::int32_t i = base + u * R::kThreads + tid;
-        v[u] = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < R::kLoadGroups; ++u) {
-        const std::int32_t i = base + u * R::kThreads + tid;
-        if (i < vectors) {
-          const uint4 k{score_key_fast(v[u].x), score_key_fast(v[u].y), score_key_fast(v[u].z),
-                        score_key_fast(v[u].w)};
-          dst[i] = k;
-          least = min(least, min(min(k.x, k.y), min(k.z, k.w)));
-          greatest = max(greatest, max(max(k.x, k.y), max(k.z, k.w)));
-        }
-      }
+    for (int u = 0; u < R::kLoadGroups; ++u) {
+      const std::int32_t i = u * R::kThreads + tid;
+      v[u] = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     // The first slot group when the row is misaligned (padding, then the
     // head) and the tail's group (the last < kVec positions, then padding).
-    if (tid < 2 * kVec) {
-      const bool first = tid < kVec;
-      const std::int32_t slot = first ? tid : tail_slot + (tid - kVec);
-      const std::int32_t pos = slot - misalign_;
-      if (!first || misalign_ != 0) {
-        const bool present = 0 <= pos && pos < len_;
-        const std::uint32_t key = present ? score_key(__ldg(row_ + pos)) : kPadKey;
-        sh_.row.keys[slot] = key;
-        if (present) {
-          least = min(least, key);
-          greatest = max(greatest, key);
-        }
-      }
-    }
-    sh_.key_range.publish(least, greatest);
+    const bool first = tid < kVec;
+    const std::int32_t edge_slot = first ? tid : tail_slot + (tid - kVec);
+    const std::int32_t edge_pos = edge_slot - misalign_;
+    const bool edge = tid < 2 * kVec && (!first || misalign_ != 0);
+    const bool edge_present = edge && 0 <= edge_pos && edge_pos < len_;
+    const float edge_score = edge_present ? __ldg(row_ + edge_pos) : 0.0f;
+    std::uint32_t* const histogram = sh_.work.histogram;
+#pragma unroll
+    for (int b = 0; b < Cfg::kBinsPerThread; ++b) histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
     if (threadIdx.x == 0) {
       sh_.emitted = 0;
       sh_.tie_slots = 0;
     }
+    __syncthreads();  // the zeroed histogram visible
+    const auto count = [histogram](std::uint32_t key) { atomicAdd(&histogram[~key >> kFirstShift], 1u); };
 #pragma unroll
-    for (int b = 0; b < Cfg::kBinsPerThread; ++b) sh_.work.histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
-    __syncthreads();  // keys, per-warp ranges and the zeroed histogram visible
-    sh_.key_range.gather(lo, hi);
+    for (int u = 0; u < R::kLoadGroups; ++u) {
+      const std::int32_t i = u * R::kThreads + tid;
+      if (i < vectors) {
+        const uint4 k{score_key_fast(v[u].x), score_key_fast(v[u].y), score_key_fast(v[u].z),
+                      score_key_fast(v[u].w)};
+        dst[i] = k;
+        count(k.x);
+        count(k.y);
+        count(k.z);
+        count(k.w);
+      }
+    }
+    if (edge) {
+      const std::uint32_t key = edge_present ? score_key(edge_score) : kPadKey;
+      sh_.row.keys[edge_slot] = key;
+      if (edge_present) count(key);
+    }
+    __syncthreads();  // keys and the first pass's histogram visible
   }
 
   // Calls fn(slot group index, uint4 keys) over the resident row; every
@@ -213,7 +210,7 @@ class ResidentRow {
 
   // The trace of a row whose top K are the keys at or above a bin's bottom
   // (sh.work.out holds them, a barrier ago): the K-th key is the least of
-  // them (BlockKeyRange, whose row range nothing reads after load()), and
+  // them (BlockKeyRange, which nothing else uses), and
   // its ties in the row are all among them (counted in sh.emitted, which
   // the emission no longer needs). Test hooks only. Ends with a barrier.
   __device__ void trace_whole_bin(RowTrace& trace) {
@@ -241,68 +238,31 @@ class ResidentRow {
     trace.count_gt = K - trace.count_eq;
   }
 
-  // The first window's floor: the bottom of the histogram bin (over the
-  // row's range) of the j-th largest of kThreads strided samples, j = e + 4
-  // sigma + 1 for e = kThreads * K / len samples expected in the top K; the
-  // row's least key when the window would keep more than a quarter of the
-  // row: the floor costs a pass over the samples, a scan and a barrier, and
-  // measured slower where the top K is a quarter to a half of the row (8K
-  // rows at K = 2048, docs/perf-log.md). Needs the histogram zero and the
-  // keys visible; ends with a barrier (the pick's).
-  __device__ std::uint32_t sampled_floor(std::uint32_t lo, std::uint32_t hi) {
-    const float p = static_cast<float>(K) / static_cast<float>(len_);
-    const float expected = R::kThreads * p;
-    const float j = ceilf(expected + static_cast<float>(kGuard) * sqrtf(expected * (1.0f - p))) + 1.0f;
-    if (j > R::kThreads / 4) return lo;  // the same for every thread
-    const auto i = static_cast<std::int64_t>(threadIdx.x);
-    const auto pos = static_cast<std::int32_t>((2 * i + 1) * len_ / (2 * R::kThreads));
-    const KeyWindow w(lo, hi);
-    const std::uint32_t key = sh_.row.keys[pos + misalign_];
-    atomicAdd(&sh_.work.histogram[w.bin(key)], 1u);  // plain, as the passes (pick_bin)
-    __syncthreads();
-    std::uint32_t samples = 0;
-    const typename Cfg::BinPick pick = pick_from_histogram(static_cast<std::uint32_t>(j), samples);
-    return w.bin_bottom(pick.bin);
-  }
-
-  // Step 2, one pass: histograms the window's keys and returns the bin that
-  // holds its rank-th largest, with the window's key count in `in_window`
-  // (if that is below rank, no bin holds it and the pick is undefined). Each thread
-  // owns kBinsPerThread consecutive bins: after the histogram barrier it
-  // reads and re-zeroes them, so the histogram is zero for the next pass.
-  // Every key takes a plain atomic (an add of 1 compiles to
+  // Step 2, one pass after the first (which load() takes): histograms the
+  // keys of w, one bin of the pass before, and returns the bin that holds
+  // its rank-th largest, with the window's key count in `in_window`. Each
+  // thread owns kBinsPerThread consecutive bins: after the histogram
+  // barrier it reads and re-zeroes them, so the histogram is zero for the
+  // next pass. Every key takes a plain atomic (an add of 1 compiles to
   // ATOMS.POPC.INC). Merging a warp's same-bin lanes first (shuffle, vote,
   // __match_any_sync) measured slower on every distribution, tie-heavy rows
-  // included (docs/perf-log.md, "Session 6").
-  // kTiled (w from KeyWindow::tiled, and at most 2^23 keys wide unless no
-  // key lies above it): no key is tested, those outside the window count in
-  // the spare bin kBins; the padding (kPadKey) too, unless the window
-  // reaches down to it, and then thread 0 takes its count back out: ~5
+  // included (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21
+  // keys wide: no key is tested, those outside the window count in the
+  // spare bin kBins; the padding (kPadKey) too, unless the window reaches
+  // down to it, and then thread 0 takes its count back out: ~5
   // instructions a key, where a test and a branch per key took ~11
-  // (docs/perf-log.md "Session 10"). Else only the window's keys count.
-  // Needs the histogram zero and the keys visible at entry; ends with a
-  // barrier, every thread gets the pick.
-  template <bool kTiled>
+  // (docs/perf-log.md "Session 10"). Needs the histogram zero and the keys
+  // visible at entry; ends with a barrier, every thread gets the pick.
   __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank, std::uint32_t& in_window) {
     std::uint32_t* const histogram = sh_.work.histogram;
-    if constexpr (kTiled) {
-      constexpr std::uint32_t kSpare = Cfg::kBins;
-      for_each_group([&](std::int32_t, const uint4& k) {
-        const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
+    constexpr std::uint32_t kSpare = Cfg::kBins;
+    for_each_group([&](std::int32_t, const uint4& k) {
+      const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) atomicAdd(&histogram[min(w.bin(key[j]), kSpare)], 1u);
-      });
-      const std::uint32_t pad_bin = min(w.bin(kPadKey), kSpare);
-      if (threadIdx.x == 0 && pad_bin != kSpare) atomicSub(&histogram[pad_bin], visited_keys() - len_);
-    } else {
-      for_each_group([&](std::int32_t, const uint4& k) {
-        const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          if (w.holds(key[j])) atomicAdd(&histogram[w.bin(key[j])], 1u);
-        }
-      });
-    }
+      for (int j = 0; j < kVec; ++j) atomicAdd(&histogram[min(w.bin(key[j]), kSpare)], 1u);
+    });
+    const std::uint32_t pad_bin = min(w.bin(kPadKey), kSpare);
+    if (threadIdx.x == 0 && pad_bin != kSpare) atomicSub(&histogram[pad_bin], visited_keys() - len_);
     __syncthreads();
     return pick_from_histogram(rank, in_window);
   }
@@ -318,62 +278,63 @@ class ResidentRow {
   }
 
   // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out (kToOutput: their indices to the output): the i-th
+  // to sh.work.out (kToOutput: their indices to staged_indices()): the i-th
   // appended (i from *counter, zero before the first append and a barrier
   // ago) at slot first + i; with kCapped, those with i >= cap are not
-  // stored. pred must fail kPadKey. Per round of two slot groups a thread,
-  // a warp scans its lanes' counts and takes one atomic
-  // (device::warp_count_scan, warp_claim); each lane then stores its keys
-  // at consecutive slots under a predicate (docs/perf-log.md "Session 10": the
-  // earlier per-thread bit masks and warp_append took ~105 instructions a
-  // group, a ballot per key ~65 and 1-4 % more time). Visits the keys
-  // for_each_group does. No barrier.
+  // stored. pred must fail kPadKey. A thread tests the keys of up to 8
+  // slot groups into one bit mask; its warp scans the lanes' counts and
+  // takes one atomic (device::warp_count_scan, warp_claim); each lane then
+  // stores only its taken keys, walking the mask's set bits (a taken key
+  // a loop turn, where rounds of two groups stored every key under a
+  // predicate: ~16 instructions a key at 8K, docs/perf-log.md "Session
+  // 12"). Visits the keys for_each_group does. No barrier.
   template <bool kCapped, bool kToOutput = false, class Pred>
   __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
                                std::uint32_t cap = K) {
-    constexpr int kGroups = 2;  // slot groups a thread takes per round
-    constexpr int kKeys = kGroups * kVec;
+    constexpr int kGroups = 32 / kVec;  // slot groups a thread tests per mask
     const std::int32_t groups = slots_ / kVec;
     const uint4* const row_keys = reinterpret_cast<const uint4*>(sh_.row.keys);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
     for (std::int32_t base = 0; base < groups; base += kGroups * R::kThreads) {
-      std::uint32_t key[kKeys];
-      std::uint32_t not_pos0[kGroups];  // ~(row position of the group's first key)
+      std::uint32_t mask = 0;  // bit kVec * u + j: key j of slot group base + u * kThreads + tid
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         const std::int32_t g = base + u * R::kThreads + tid;
-        const uint4 k = g < groups ? row_keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey};
-        key[u * kVec] = k.x;
-        key[u * kVec + 1] = k.y;
-        key[u * kVec + 2] = k.z;
-        key[u * kVec + 3] = k.w;
-        not_pos0[u] = ~static_cast<std::uint32_t>(kVec * g - misalign_);
+        if (g < groups) {
+          const uint4 k = row_keys[g];
+          const std::uint32_t bits = (pred(k.x) ? 1u : 0u) | (pred(k.y) ? 2u : 0u) | (pred(k.z) ? 4u : 0u) |
+                                     (pred(k.w) ? 8u : 0u);
+          mask |= bits << (kVec * u);
+        }
       }
-      bool take[kKeys];
-      std::uint32_t count = 0;
-#pragma unroll
-      for (int e = 0; e < kKeys; ++e) {
-        take[e] = pred(key[e]);
-        count += take[e] ? 1u : 0u;
-      }
+      const auto count = static_cast<std::uint32_t>(__popc(mask));
       std::uint32_t total = 0;
       const std::uint32_t inclusive = device::warp_count_scan(count, total);
       if (total == 0) continue;  // the same for the whole warp
       std::uint32_t slot = device::warp_claim(counter, count, inclusive);
-#pragma unroll
-      for (int e = 0; e < kKeys; ++e) {
-        const std::uint32_t not_pos = not_pos0[e / kVec] - e % kVec;  // ~(pos0 + j)
-        if (take[e] && (!kCapped || slot < cap)) {
+      // Slot of mask bit b: kVec * (base + (b / kVec) * kThreads + tid) + b % kVec.
+      const std::int32_t slot0 = kVec * (base + tid);
+      while (mask != 0) {
+        const auto b = static_cast<std::uint32_t>(31 - __clz(mask));  // from the top: one FLO
+        mask ^= 1u << b;
+        const std::int32_t key_slot = slot0 + static_cast<std::int32_t>((b / kVec) * (kVec * R::kThreads) + b % kVec);
+        if (!kCapped || slot < cap) {
           if constexpr (kToOutput) {
-            indices_[first + slot] = static_cast<std::int32_t>(~not_pos) + offset_;
+            staged_indices()[first + slot] = key_slot - misalign_ + offset_;
           } else {
-            sh_.work.out[first + slot] = (static_cast<std::uint64_t>(key[e]) << 32) | not_pos;  // order_key
+            sh_.work.out[first + slot] = device::order_key(sh_.row.keys[key_slot], key_slot - misalign_);
           }
         }
-        slot += take[e] ? 1u : 0u;
+        ++slot;
       }
     }
   }
+
+  // kDirect: the whole-bin emission's indices (pos + offset) by slot, in
+  // out[]'s storage (a lane's taken keys go to consecutive slots, so stores
+  // straight to global memory scatter a warp's store over its whole claim:
+  // 8K model-like measured 30 % slower that way, docs/perf-log.md "Session 12").
+  __device__ std::int32_t* staged_indices() const { return reinterpret_cast<std::int32_t*>(sh_.work.out); }
 
   // Emission when the K-th key kth has count_eq ties and only K - count_gt
   // < count_eq of them belong to the top K: the keys above kth, then the
