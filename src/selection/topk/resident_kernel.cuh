@@ -286,7 +286,7 @@ class ResidentRow {
   // takes one atomic (device::warp_count_scan, warp_claim); each lane then
   // stores only its taken keys, walking the mask's set bits (a taken key
   // a loop turn, where rounds of two groups stored every key under a
-  // predicate: ~16 instructions a key at 8K, docs/perf-log.md "Session
+  // predicate: 8K -6 to -8 %, 16K -5 to -14 %, docs/perf-log.md "Session
   // 12"). Visits the keys for_each_group does. No barrier.
   template <bool kCapped, bool kToOutput = false, class Pred>
   __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
