@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/keys.h"
 #include "selection/device/radix.cuh"
@@ -67,44 +68,37 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   const float4* body = reinterpret_cast<const float4*>(row + head);
   const auto tid = static_cast<std::int32_t>(threadIdx.x);
   constexpr std::int32_t kRound = Threads * Groups;  // 16-byte groups per round
-  // Full rounds: every load present, no predicate and no NaN fill (the
-  // predicated form spent ~30 instructions a round on them at Groups = 6,
-  // docs/perf-log.md "Session 11").
-  std::int32_t base = 0;
-  for (; base + kRound <= vectors; base += kRound) {
+  // One round from group `base`. Full rounds (every load present) take no
+  // predicate and no NaN fill (the predicated form spent ~30 instructions a
+  // round on them at Groups = 6, docs/perf-log.md "Session 11"); only the
+  // last round can be partial.
+  const auto round = [&](std::int32_t base, auto full) {
+    constexpr bool kFull = decltype(full)::value;
     Batch<Groups> b;
-    b.valid = (Groups * kGroupSize >= 32) ? 0xFFFFFFFFu : (1u << (Groups * kGroupSize)) - 1u;
-    b.pos0 = head + kGroupSize * (base + tid);
-    b.group_stride = kGroupSize * Threads;
-#pragma unroll
-    for (int u = 0; u < Groups; ++u) {
-      const float4 v = __ldg(body + base + u * Threads + tid);
-      b.value[u][0] = v.x;
-      b.value[u][1] = v.y;
-      b.value[u][2] = v.z;
-      b.value[u][3] = v.w;
-    }
-    fn(b);
-  }
-  // The last, partial round: absent groups hold NaN.
-  if (base < vectors) {
-    Batch<Groups> b;
-    b.valid = 0;
+    b.valid = kFull ? (Groups * kGroupSize >= 32 ? 0xFFFFFFFFu : (1u << (Groups * kGroupSize)) - 1u) : 0u;
     b.pos0 = head + kGroupSize * (base + tid);
     b.group_stride = kGroupSize * Threads;
 #pragma unroll
     for (int u = 0; u < Groups; ++u) {
       const std::int32_t i = base + u * Threads + tid;
-      const float absent = __uint_as_float(kAbsentBits);
-      const float4 v = i < vectors ? __ldg(body + i) : make_float4(absent, absent, absent, absent);
+      float4 v;
+      if constexpr (kFull) {
+        v = __ldg(body + i);
+      } else {
+        const float absent = __uint_as_float(kAbsentBits);
+        v = i < vectors ? __ldg(body + i) : make_float4(absent, absent, absent, absent);
+        b.valid |= (i < vectors ? 0xFu : 0u) << (kGroupSize * u);
+      }
       b.value[u][0] = v.x;
       b.value[u][1] = v.y;
       b.value[u][2] = v.z;
       b.value[u][3] = v.w;
-      b.valid |= (i < vectors ? 0xFu : 0u) << (kGroupSize * u);
     }
     fn(b);
-  }
+  };
+  std::int32_t base = 0;
+  for (; base + kRound <= vectors; base += kRound) round(base, std::true_type{});
+  if (base < vectors) round(base, std::false_type{});
   const std::int32_t tail_start = head + kGroupSize * vectors;
   const std::int32_t pos = tid < head ? tid : tail_start + (tid - head);
   const bool present = tid < head || pos < len;
