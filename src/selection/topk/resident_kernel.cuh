@@ -40,10 +40,11 @@ inline constexpr std::uint32_t kPadKey = 0;
 // kDirect: a row whose top K are the keys at or above a bin's bottom (no
 // tie cut: most model-like rows) has its winners' indices (position +
 // offset) staged in shared memory and copied to the row's K output slots,
-// with no order keys and no write-out; wrote_output() then says so. For unsorted, any-tie, index-only
-// calls without a trace (the operator's usual call). Rows with a tie cut
-// still go through out[]: their direct tie stores measured 7 % slower at
-// 4096 x 8K dead-relu (docs/perf-log.md "Session 11").
+// with no order keys and no write-out; wrote_output() then says so. For
+// unsorted, any-tie, index-only calls without a trace (the operator's usual
+// call). Rows with a tie cut still go through out[]: their direct tie
+// stores measured 7 % slower at 4096 x 8K dead-relu (docs/perf-log.md
+// "Session 11").
 template <int K, class R, bool kDirect>
 class ResidentRow {
  public:
@@ -76,9 +77,9 @@ class ResidentRow {
     // count in a spare bin. Each later window is one bin of the pass before
     // (at most 2^21 keys wide).
     load();
-    std::uint32_t above = 0, rank = K, in_window = 0;
+    std::uint32_t above = 0, rank = K;
     KeyWindow w = KeyWindow::tiled(0, 0xFFFFFFFFu);
-    typename Cfg::BinPick pick = pick_from_histogram(rank, in_window);
+    typename Cfg::BinPick pick = pick_from_histogram(rank);
     trace.threshold_passes = 1;
     // Narrow until the top K take the chosen bin whole (the rank-th largest
     // of the window is the bin's least key: the top K are exactly the keys at
@@ -90,7 +91,7 @@ class ResidentRow {
       above += pick.above;
       rank -= pick.above;
       w = KeyWindow::tiled(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
-      pick = pick_bin(w, rank, in_window);
+      pick = pick_bin(w, rank);
       ++trace.threshold_passes;
     }
     if (whole()) {
@@ -240,20 +241,20 @@ class ResidentRow {
 
   // Step 2, one pass after the first (which load() takes): histograms the
   // keys of w, one bin of the pass before, and returns the bin that holds
-  // its rank-th largest, with the window's key count in `in_window`. Each
-  // thread owns kBinsPerThread consecutive bins: after the histogram
-  // barrier it reads and re-zeroes them, so the histogram is zero for the
-  // next pass. Every key takes a plain atomic (an add of 1 compiles to
-  // ATOMS.POPC.INC). Merging a warp's same-bin lanes first (shuffle, vote,
-  // __match_any_sync) measured slower on every distribution, tie-heavy rows
-  // included (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21
-  // keys wide: no key is tested, those outside the window count in the
-  // spare bin kBins; the padding (kPadKey) too, unless the window reaches
-  // down to it, and then thread 0 takes its count back out: ~5
-  // instructions a key, where a test and a branch per key took ~11
-  // (docs/perf-log.md "Session 10"). Needs the histogram zero and the keys
-  // visible at entry; ends with a barrier, every thread gets the pick.
-  __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank, std::uint32_t& in_window) {
+  // its rank-th largest (rank <= the window's keys). Each thread owns
+  // kBinsPerThread consecutive bins: after the histogram barrier it reads
+  // and re-zeroes them, so the histogram is zero for the next pass. Every
+  // key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
+  // Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
+  // measured slower on every distribution, tie-heavy rows included
+  // (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21 keys wide:
+  // no key is tested, those outside the window count in the spare bin
+  // kBins; the padding (kPadKey) too, unless the window reaches down to it,
+  // and then thread 0 takes its count back out: ~5 instructions a key,
+  // where a test and a branch per key took ~11 (docs/perf-log.md "Session
+  // 10"). Needs the histogram zero and the keys visible at entry; ends with
+  // a barrier, every thread gets the pick.
+  __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank) {
     std::uint32_t* const histogram = sh_.work.histogram;
     constexpr std::uint32_t kSpare = Cfg::kBins;
     for_each_group([&](std::int32_t, const uint4& k) {
@@ -264,15 +265,16 @@ class ResidentRow {
     const std::uint32_t pad_bin = min(w.bin(kPadKey), kSpare);
     if (threadIdx.x == 0 && pad_bin != kSpare) atomicSub(&histogram[pad_bin], visited_keys() - len_);
     __syncthreads();
-    return pick_from_histogram(rank, in_window);
+    return pick_from_histogram(rank);
   }
 
   // The bin of the histogram (complete and visible) that holds the rank-th
-  // largest counted key, and the count of all keys in `total`. Each thread
-  // owns kBinsPerThread consecutive bins: it reads and re-zeroes them, so
-  // the histogram is zero for the next pass. Ends with a barrier; every
-  // thread gets the pick (undefined when total < rank).
-  __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank, std::uint32_t& total) {
+  // largest counted key (rank <= the count of all keys). Each thread owns
+  // kBinsPerThread consecutive bins: it reads and re-zeroes them, so the
+  // histogram is zero for the next pass. Ends with a barrier; every thread
+  // gets the pick.
+  __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank) {
+    std::uint32_t total = 0;  // every key counted: the select needs no count of them
     return device::pick_owned_bin<typename Cfg::Scan, Cfg::kBinsPerThread>(sh_.work.histogram, sh_.scan, sh_.pick,
                                                                           rank, total);
   }
