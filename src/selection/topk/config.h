@@ -170,7 +170,7 @@ struct ResidentConfig {
       typename BlockSort::TempStorage sort;  // sorted write-out, after emission
     } row;
     union {
-      std::uint32_t histogram[kBins + 1];  // step 2; zero between passes; [kBins]: spare (never read)
+      std::uint32_t histogram[kBins + 1];  // steps 1-2; zero between passes; [kBins]: spare (never read)
       std::uint64_t out[K];            // step 3: emitted order keys
     } work;
     typename Scan::TempStorage scan;

@@ -78,7 +78,7 @@ class ResidentRow {
     // (at most 2^21 keys wide).
     load();
     std::uint32_t above = 0, rank = K;
-    KeyWindow w = KeyWindow::tiled(0, 0xFFFFFFFFu);
+    KeyWindow w = first_window();
     typename Cfg::BinPick pick = pick_from_histogram(rank);
     trace.threshold_passes = 1;
     // Narrow until the top K take the chosen bin whole (the rank-th largest
@@ -121,15 +121,16 @@ class ResidentRow {
 
  private:
   static constexpr int kVec = device::kGroupSize;  // keys per 16-byte slot group
-  // The first pass's bins, KeyWindow::tiled(0, 2^32 - 1)'s: bin(key) =
-  // (2^32 - 1 - key) >> kFirstShift = ~key >> kFirstShift.
-  static constexpr int kFirstShift = 32 - Cfg::kBinBits;
 
   using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
 
+  // The first pass's window: every key, its bins the keys' top kBinBits
+  // bits (bin(key) = ~key >> (32 - kBinBits), folded at compile time).
+  __device__ static KeyWindow first_window() { return KeyWindow::tiled(0, 0xFFFFFFFFu); }
+
   // Step 1: the row's keys into sh.keys and the first pass's histogram:
-  // each key counts in bin ~key >> (32 - kBinBits) (KeyWindow::tiled(0,
-  // 2^32 - 1)'s bins: the key's top bits), which is one shift and a mask
+  // each key counts in its bin of first_window() (the key's top bits,
+  // ~key >> (32 - kBinBits) once folded), which is one shift and a mask
   // beside its atomic, where the row's least and greatest key (the window
   // the passes used before) took two min/max and a block reduction, and
   // a pass over the row after it. The padding is not counted. One round of
@@ -168,7 +169,8 @@ class ResidentRow {
       sh_.tie_slots = 0;
     }
     __syncthreads();  // the zeroed histogram visible
-    const auto count = [histogram](std::uint32_t key) { atomicAdd(&histogram[~key >> kFirstShift], 1u); };
+    const KeyWindow top_bits = first_window();
+    const auto count = [histogram, top_bits](std::uint32_t key) { atomicAdd(&histogram[top_bits.bin(key)], 1u); };
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
