@@ -147,11 +147,13 @@ class ResidentRow {
     const float4* body = reinterpret_cast<const float4*>(row_ + head_len);
     uint4* const dst = reinterpret_cast<uint4*>(sh_.row.keys + body_slot);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
+    // Only the groups below `vectors` are loaded, and only they are read
+    // below (no zeroing of the others: 2 * kLoadGroups instructions).
     float4 v[R::kLoadGroups];
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
-      v[u] = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < vectors) v[u] = __ldg(body + i);
     }
     // The first slot group when the row is misaligned (padding, then the
     // head) and the tail's group (the last < kVec positions, then padding).
@@ -169,8 +171,12 @@ class ResidentRow {
       sh_.tie_slots = 0;
     }
     __syncthreads();  // the zeroed histogram visible
-    const KeyWindow top_bits = first_window();
-    const auto count = [histogram, top_bits](std::uint32_t key) { atomicAdd(&histogram[top_bits.bin(key)], 1u); };
+    // The key's bin of first_window() (shift 32 - kBinBits), ~key >> shift =
+    // (kBins - 1) - (key >> shift), taken as an offset below the last bin:
+    // a shift and a multiply-add for the address, where ~key >> shift as an
+    // index compiled to four ALU instructions (not, shift, mask, add).
+    std::uint32_t* const last_bin = histogram + (Cfg::kBins - 1);
+    const auto count = [last_bin](std::uint32_t key) { atomicAdd(last_bin - (key >> (32 - Cfg::kBinBits)), 1u); };
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
