@@ -251,10 +251,8 @@ class ResidentRow {
 
   // Step 2, one pass after the first (which load() takes): histograms the
   // keys of w, one bin of the pass before, and returns the bin that holds
-  // its rank-th largest (rank <= the window's keys). Each thread owns
-  // kBinsPerThread consecutive bins: after the histogram barrier it reads
-  // and re-zeroes them, so the histogram is zero for the next pass. Every
-  // key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
+  // its rank-th largest (rank <= the window's keys); the pick re-zeroes
+  // the histogram for the next pass. Every key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
   // Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
   // measured slower on every distribution, tie-heavy rows included
   // (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21 keys wide:
@@ -279,14 +277,13 @@ class ResidentRow {
   }
 
   // The bin of the histogram (complete and visible) that holds the rank-th
-  // largest counted key (rank <= the count of all keys). Each thread owns
-  // kBinsPerThread consecutive bins: it reads and re-zeroes them, so the
-  // histogram is zero for the next pass. Ends with a barrier; every thread
-  // gets the pick.
+  // largest counted key (rank <= the count of all keys), by warps owning
+  // stripes of kBinsPerThread rows of 32 bins (device::pick_striped_bin):
+  // every lane reads and re-zeroes its own bins, so the histogram is zero
+  // for the next pass. Ends with a barrier; every thread gets the pick.
   __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank) {
-    std::uint32_t total = 0;  // every key counted: the select needs no count of them
-    return device::pick_owned_bin<typename Cfg::Scan, Cfg::kBinsPerThread>(sh_.work.histogram, sh_.scan, sh_.pick,
-                                                                          rank, total);
+    return device::pick_striped_bin<R::kThreads / device::kWarpSize, Cfg::kBinsPerThread>(
+        sh_.work.histogram, sh_.warp_sums, sh_.pick, rank);
   }
 
   // Selectors of the emission (append_where): shift_in(mask, k) returns
