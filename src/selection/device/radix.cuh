@@ -245,6 +245,81 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
   return broadcast;
 }
 
+// pick_owned_bin with the bins owned by warps in stripes: warp w owns bins
+// [w * 32 * kRows, (w + 1) * 32 * kRows), lane l the bins w * 32 * kRows +
+// 32 * j + l (j < kRows), so every read and re-zeroing of the histogram is
+// one wavefront a warp (a thread's kOwned consecutive bins took two
+// 16-byte loads and stores at a 32-byte stride: 8 wavefronts each, and the
+// block scan 8 more). A row's sums come from a warp reduction, the warps'
+// sums meet in warp_sums (one barrier), and every warp finds the owning
+// warp from them; that warp finds the row (its sums, in registers) and the
+// lane (a shuffle scan of the row), and broadcasts the pick. The histogram
+// is complete and visible at entry; each lane re-zeroes the bins it read,
+// so it is zero for the next pass. Ends with a barrier; every thread gets
+// the pick (undefined when the histogram holds fewer than rank keys).
+// warp_sums: kWarps entries, not read by anyone else until the barrier
+// that ends this call.
+template <int kWarps, int kRows>
+__device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* warp_sums, BinPick& broadcast,
+                                    std::uint32_t rank) {
+  static_assert(kWarps <= kWarpSize, "one lane per warp's sum");
+  const unsigned lane = lane_id();
+  const unsigned warp = threadIdx.x / kWarpSize;
+  std::uint32_t* const mine = histogram + warp * (kWarpSize * kRows) + lane;
+  std::uint32_t count[kRows], row_sum[kRows];
+  std::uint32_t warp_total = 0;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) count[j] = mine[j * kWarpSize];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    mine[j * kWarpSize] = 0;
+    row_sum[j] = __reduce_add_sync(kFullWarp, count[j]);
+    warp_total += row_sum[j];
+  }
+  if (lane == 0) warp_sums[warp] = warp_total;
+  __syncthreads();
+  // The owning warp: the first whose inclusive prefix of warp sums reaches rank.
+  const std::uint32_t sum = lane < static_cast<unsigned>(kWarps) ? warp_sums[lane] : 0u;
+  std::uint32_t inclusive = sum;
+#pragma unroll
+  for (int d = 1; d < kWarps; d *= 2) {
+    const std::uint32_t up = __shfl_up_sync(kFullWarp, inclusive, d);
+    if (lane >= static_cast<unsigned>(d)) inclusive += up;
+  }
+  const unsigned owner = __ffs(__ballot_sync(kFullWarp, inclusive >= rank)) - 1;
+  if (warp == owner) {
+    std::uint32_t before = __shfl_sync(kFullWarp, inclusive - sum, owner);  // keys in the warps before
+    std::uint32_t in_row = 0;  // this lane's count in the rank's row
+    unsigned row = 0;
+    bool found = false;
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {  // warp-uniform: the row sums are the same in every lane
+      if (!found) {
+        if (before + row_sum[j] >= rank) {
+          found = true;
+          row = j;
+          in_row = count[j];
+        } else {
+          before += row_sum[j];
+        }
+      }
+    }
+    std::uint32_t lanes_inclusive = in_row;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const std::uint32_t up = __shfl_up_sync(kFullWarp, lanes_inclusive, d);
+      if (lane >= static_cast<unsigned>(d)) lanes_inclusive += up;
+    }
+    const unsigned pick_lane = __ffs(__ballot_sync(kFullWarp, before + lanes_inclusive >= rank)) - 1;
+    if (lane == pick_lane) {
+      broadcast = {warp * (kWarpSize * kRows) + row * kWarpSize + lane,
+                   before + lanes_inclusive - in_row, in_row};
+    }
+  }
+  __syncthreads();
+  return broadcast;
+}
+
 // The k-th largest key (1 <= k <= set size) of the set that
 // `for_each_key(fn)` visits: every thread of the block calls it, and it makes
 // every thread call fn(key, present) the same number of times (converged

@@ -154,8 +154,9 @@ struct ResidentConfig {
   // The histogram shares its storage with out[] (16 KB at K = 2048).
   static constexpr int kBinBits = R::kBinBits;
   static constexpr int kBins = 1 << kBinBits;
-  static_assert(kBins % R::kThreads == 0, "each thread owns whole bins");
-  static constexpr int kBinsPerThread = kBins / R::kThreads;
+  static_assert(kBins % R::kThreads == 0, "each lane owns whole rows of 32 bins (device::pick_striped_bin)");
+  static_assert(R::kThreads % 32 == 0 && R::kThreads / 32 <= 32, "whole warps, at most 32");
+  static constexpr int kBinsPerThread = kBins / R::kThreads;  // rows of 32 bins a warp owns
   using Scan = cub::BlockScan<std::uint32_t, R::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   using BlockSort = cub::BlockRadixSort<std::uint64_t, R::kThreads, K / R::kThreads>;
 
@@ -174,6 +175,7 @@ struct ResidentConfig {
       std::uint64_t out[K];            // step 3: emitted order keys
     } work;
     typename Scan::TempStorage scan;
+    std::uint32_t warp_sums[R::kThreads / 32];  // the pick's per-warp bin sums (device::pick_striped_bin)
     BinPick pick;  // broadcast of the pass's bin
     device::BlockKeyRange<R::kThreads> key_range;  // the trace of a whole-bin row (its least key)
     std::uint32_t emitted;    // keys appended to out[] from slot 0 (the top K, or those above the K-th)

@@ -95,8 +95,10 @@ class ResidentRow {
       ++trace.threshold_passes;
     }
     if (whole()) {
+      // The bin holds a key of the row (>= kNegInfKey), so its bottom is
+      // above the first window's bottom bin [0, 2^(32 - kBinBits)): > kPadKey.
       const std::uint32_t bottom = w.bin_bottom(pick.bin);
-      append_where<false, kDirect>([bottom](std::uint32_t key) { return key >= bottom; }, &sh_.emitted);
+      append_where<false, kDirect>(AtLeast(bottom), &sh_.emitted);
       if constexpr (kDirect) {
         // The K indices staged in out[]'s storage, copied out coalesced.
         __syncthreads();
@@ -147,11 +149,13 @@ class ResidentRow {
     const float4* body = reinterpret_cast<const float4*>(row_ + head_len);
     uint4* const dst = reinterpret_cast<uint4*>(sh_.row.keys + body_slot);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
+    // Only the groups below `vectors` are loaded, and only they are read
+    // below (no zeroing of the others: 2 * kLoadGroups instructions).
     float4 v[R::kLoadGroups];
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
-      v[u] = i < vectors ? __ldg(body + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < vectors) v[u] = __ldg(body + i);
     }
     // The first slot group when the row is misaligned (padding, then the
     // head) and the tail's group (the last < kVec positions, then padding).
@@ -169,8 +173,12 @@ class ResidentRow {
       sh_.tie_slots = 0;
     }
     __syncthreads();  // the zeroed histogram visible
-    const KeyWindow top_bits = first_window();
-    const auto count = [histogram, top_bits](std::uint32_t key) { atomicAdd(&histogram[top_bits.bin(key)], 1u); };
+    // The key's bin of first_window() (shift 32 - kBinBits), ~key >> shift =
+    // (kBins - 1) - (key >> shift), taken as an offset below the last bin:
+    // a shift and a multiply-add for the address, where ~key >> shift as an
+    // index compiled to four ALU instructions (not, shift, mask, add).
+    std::uint32_t* const last_bin = histogram + (Cfg::kBins - 1);
+    const auto count = [last_bin](std::uint32_t key) { atomicAdd(last_bin - (key >> (32 - Cfg::kBinBits)), 1u); };
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
@@ -243,10 +251,8 @@ class ResidentRow {
 
   // Step 2, one pass after the first (which load() takes): histograms the
   // keys of w, one bin of the pass before, and returns the bin that holds
-  // its rank-th largest (rank <= the window's keys). Each thread owns
-  // kBinsPerThread consecutive bins: after the histogram barrier it reads
-  // and re-zeroes them, so the histogram is zero for the next pass. Every
-  // key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
+  // its rank-th largest (rank <= the window's keys); the pick re-zeroes
+  // the histogram for the next pass. Every key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
   // Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
   // measured slower on every distribution, tie-heavy rows included
   // (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21 keys wide:
@@ -271,57 +277,83 @@ class ResidentRow {
   }
 
   // The bin of the histogram (complete and visible) that holds the rank-th
-  // largest counted key (rank <= the count of all keys). Each thread owns
-  // kBinsPerThread consecutive bins: it reads and re-zeroes them, so the
-  // histogram is zero for the next pass. Ends with a barrier; every thread
-  // gets the pick.
+  // largest counted key (rank <= the count of all keys), by warps owning
+  // stripes of kBinsPerThread rows of 32 bins (device::pick_striped_bin):
+  // every lane reads and re-zeroes its own bins, so the histogram is zero
+  // for the next pass. Ends with a barrier; every thread gets the pick.
   __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank) {
-    std::uint32_t total = 0;  // every key counted: the select needs no count of them
-    return device::pick_owned_bin<typename Cfg::Scan, Cfg::kBinsPerThread>(sh_.work.histogram, sh_.scan, sh_.pick,
-                                                                          rank, total);
+    return device::pick_striped_bin<R::kThreads / device::kWarpSize, Cfg::kBinsPerThread>(
+        sh_.work.histogram, sh_.warp_sums, sh_.pick, rank);
   }
 
-  // Step 3, emission: appends the keys of the resident row with pred(key)
-  // to sh.work.out (kToOutput: their indices to staged_indices()): the i-th
-  // appended (i from *counter, zero before the first append and a barrier
-  // ago) at slot first + i; with kCapped, those with i >= cap are not
-  // stored. pred must fail kPadKey. A thread tests the keys of up to 8
-  // slot groups into one bit mask; its warp scans the lanes' counts and
-  // takes one atomic (device::warp_count_scan, warp_claim); each lane then
-  // stores only its taken keys, walking the mask's set bits (a taken key
-  // a loop turn, where rounds of two groups stored every key under a
-  // predicate: 8K -6 to -8 %, 16K -5 to -14 %, docs/perf-log.md "Session
-  // 12"). Visits the keys for_each_group does. No barrier.
-  template <bool kCapped, bool kToOutput = false, class Pred>
-  __device__ void append_where(const Pred& pred, std::uint32_t* counter, std::uint32_t first = 0,
+  // Selectors of the emission (append_where): shift_in(mask, k) returns
+  // mask << 4 with the four keys of k tested into the low bits, k.x at bit
+  // 3 and k.w at bit 0; kPadKey must fail the test.
+  //
+  // AtLeast: key >= bottom (bottom > kPadKey), as the carry of key +
+  // (2^32 - bottom), shifted in by an add-with-carry of the mask to itself:
+  // two instructions a key, where a compare, a select and the merge into
+  // the mask took about three.
+  struct AtLeast {
+    std::uint32_t minus_bottom;  // 2^32 - bottom
+    __device__ explicit AtLeast(std::uint32_t bottom) : minus_bottom(0u - bottom) {}
+    __device__ std::uint32_t shift_in(std::uint32_t mask, const uint4& k) const {
+      asm("{\n\t.reg .u32 sum;\n\t"
+          "add.cc.u32 sum, %1, %5;\n\taddc.u32 %0, %0, %0;\n\t"
+          "add.cc.u32 sum, %2, %5;\n\taddc.u32 %0, %0, %0;\n\t"
+          "add.cc.u32 sum, %3, %5;\n\taddc.u32 %0, %0, %0;\n\t"
+          "add.cc.u32 sum, %4, %5;\n\taddc.u32 %0, %0, %0;\n\t}"
+          : "+r"(mask)
+          : "r"(k.x), "r"(k.y), "r"(k.z), "r"(k.w), "r"(minus_bottom));
+      return mask;
+    }
+  };
+  // EqualTo: key == key_ (a key of the row, so never kPadKey).
+  struct EqualTo {
+    std::uint32_t key;
+    __device__ std::uint32_t shift_in(std::uint32_t mask, const uint4& k) const {
+      return mask << kVec | (k.x == key ? 8u : 0u) | (k.y == key ? 4u : 0u) | (k.z == key ? 2u : 0u) |
+             (k.w == key ? 1u : 0u);
+    }
+  };
+
+  // Step 3, emission: appends the keys of the resident row that `select`
+  // takes (AtLeast, EqualTo) to sh.work.out (kToOutput: their indices to
+  // staged_indices()): the i-th appended (i from *counter, zero before the
+  // first append and a barrier ago) at slot first + i; with kCapped, those
+  // with i >= cap are not stored. A thread tests the keys of up to 8 slot
+  // groups into one bit mask (past the row's groups, kPadKey groups); its
+  // warp scans the lanes' counts and takes one atomic
+  // (device::warp_count_scan, warp_claim); each lane then stores only its
+  // taken keys, walking the mask's set bits (a taken key a loop turn, where
+  // rounds of two groups stored every key under a predicate: 8K -6 to -8 %,
+  // 16K -5 to -14 %, docs/perf-log.md "Session 12"). Visits the keys
+  // for_each_group does. No barrier.
+  template <bool kCapped, bool kToOutput = false, class Select>
+  __device__ void append_where(const Select& select, std::uint32_t* counter, std::uint32_t first = 0,
                                std::uint32_t cap = K) {
     constexpr int kGroups = 32 / kVec;  // slot groups a thread tests per mask
     const std::int32_t groups = slots_ / kVec;
     const uint4* const row_keys = reinterpret_cast<const uint4*>(sh_.row.keys);
     const auto tid = static_cast<std::int32_t>(threadIdx.x);
     for (std::int32_t base = 0; base < groups; base += kGroups * R::kThreads) {
-      std::uint32_t mask = 0;  // bit kVec * u + j: key j of slot group base + u * kThreads + tid
+      // Bit 31 - (kVec * u + j): key j of slot group base + u * kThreads + tid.
+      std::uint32_t mask = 0;
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         const std::int32_t g = base + u * R::kThreads + tid;
-        if (g < groups) {
-          const uint4 k = row_keys[g];
-          const std::uint32_t bits = (pred(k.x) ? 1u : 0u) | (pred(k.y) ? 2u : 0u) | (pred(k.z) ? 4u : 0u) |
-                                     (pred(k.w) ? 8u : 0u);
-          mask |= bits << (kVec * u);
-        }
+        mask = select.shift_in(mask, g < groups ? row_keys[g] : uint4{kPadKey, kPadKey, kPadKey, kPadKey});
       }
       const auto count = static_cast<std::uint32_t>(__popc(mask));
       std::uint32_t total = 0;
       const std::uint32_t inclusive = device::warp_count_scan(count, total);
       if (total == 0) continue;  // the same for the whole warp
       std::uint32_t slot = device::warp_claim(counter, count, inclusive);
-      // Slot of mask bit b: kVec * (base + (b / kVec) * kThreads + tid) + b % kVec.
       const std::int32_t slot0 = kVec * (base + tid);
       while (mask != 0) {
-        const auto b = static_cast<std::uint32_t>(31 - __clz(mask));  // from the top: one FLO
-        mask ^= 1u << b;
-        const std::int32_t key_slot = slot0 + static_cast<std::int32_t>((b / kVec) * (kVec * R::kThreads) + b % kVec);
+        const auto e = static_cast<std::uint32_t>(__clz(mask));  // the first taken key: kVec * u + j
+        mask ^= 0x80000000u >> e;
+        const std::int32_t key_slot = slot0 + static_cast<std::int32_t>((e / kVec) * (kVec * R::kThreads) + e % kVec);
         if (!kCapped || slot < cap) {
           if constexpr (kToOutput) {
             staged_indices()[first + slot] = key_slot - misalign_ + offset_;
@@ -347,9 +379,9 @@ class ResidentRow {
   // Ends with a barrier.
   __device__ void emit_cut(std::uint32_t kth, std::uint32_t count_gt, std::uint32_t count_eq) {
     const std::uint32_t take = K - count_gt;
-    append_where<false>([kth](std::uint32_t key) { return key > kth; }, &sh_.emitted);
+    append_where<false>(AtLeast(kth + 1), &sh_.emitted);  // kth <= score_key(+inf): no wrap
     if (!p_.smallest_index_ties) {
-      append_where<true>([kth](std::uint32_t key) { return key == kth; }, &sh_.tie_slots, count_gt, take);
+      append_where<true>(EqualTo{kth}, &sh_.tie_slots, count_gt, take);
       __syncthreads();
       return;
     }
