@@ -3,9 +3,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "common/fp8.h"
@@ -56,6 +58,103 @@ struct DeviceArray {
   explicit DeviceArray(std::size_t n) { cudaMalloc(&ptr, n * sizeof(T)); }
   ~DeviceArray() { cudaFree(ptr); }
 };
+
+// One block per rank: copies the histogram into shared memory, picks the
+// bin of ranks[blockIdx.x] with pick_striped_bin, writes the pick and
+// whether any bin is nonzero afterwards (the pick must re-zero them all).
+template <int kThreads, int kRows>
+__global__ void pick_striped(const std::uint32_t* histogram, const std::uint32_t* ranks,
+                             selection::device::BinPick* picks, std::uint32_t* left_nonzero) {
+  constexpr int kBins = kThreads * kRows;
+  __shared__ std::uint32_t bins[kBins];
+  __shared__ std::uint32_t warp_sums[kThreads / 32];
+  __shared__ selection::device::BinPick broadcast;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) bins[b] = histogram[b];
+  __syncthreads();
+  const selection::device::BinPick pick =
+      selection::device::pick_striped_bin<kThreads / 32, kRows>(bins, warp_sums, broadcast, ranks[blockIdx.x]);
+  std::uint32_t nonzero = 0;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) nonzero |= bins[b];
+  if (nonzero != 0) atomicOr(left_nonzero + blockIdx.x, 1u);
+  // Every thread must return the same pick.
+  const selection::device::BinPick first{__shfl_sync(0xFFFFFFFFu, pick.bin, 0), __shfl_sync(0xFFFFFFFFu, pick.above, 0),
+                                         __shfl_sync(0xFFFFFFFFu, pick.in, 0)};
+  if (pick.bin != first.bin || pick.above != first.above || pick.in != first.in) atomicOr(left_nonzero + blockIdx.x, 2u);
+  if (threadIdx.x == 0) picks[blockIdx.x] = pick;
+}
+
+// pick_striped_bin against a scan on the host, for the resident kernels'
+// geometries (256 threads x 8 rows, 512 x 8) and the largest block it
+// takes (1024 x 4: 32 warps), on every rank of small random
+// histograms, and on the first and last rank of every nonempty bin of
+// sparse ones and of one-bin ones (first, a middle and the last bin).
+template <int kThreads, int kRows>
+void check_striped_pick() {
+  constexpr int kBins = kThreads * kRows;
+  std::mt19937 rng(kThreads * 31 + kRows);
+  std::vector<std::vector<std::uint32_t>> cases;
+  {
+    std::vector<std::uint32_t> h(kBins);
+    for (auto& c : h) c = rng() % 4;  // every bin, zero or small
+    cases.push_back(h);
+  }
+  {
+    std::vector<std::uint32_t> h(kBins, 0);
+    for (int i = 0; i < 12; ++i) h[rng() % kBins] += 1 + rng() % 5000;  // few bins, large counts
+    h[kBins - 1] += 7;
+    cases.push_back(h);
+  }
+  for (int bin : {0, kBins / 2 + 5, kBins - 1}) {
+    std::vector<std::uint32_t> h(kBins, 0);
+    h[bin] = 2048;
+    cases.push_back(h);
+  }
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<std::uint32_t>& h = cases[c];
+    std::vector<std::uint64_t> before(kBins + 1, 0);
+    for (int b = 0; b < kBins; ++b) before[b + 1] = before[b] + h[b];
+    std::vector<std::uint32_t> ranks;
+    if (c == 0) {
+      for (std::uint64_t r = 1; r <= before[kBins]; ++r) ranks.push_back(static_cast<std::uint32_t>(r));
+    } else {
+      for (int b = 0; b < kBins; ++b) {
+        if (h[b] == 0) continue;
+        ranks.push_back(static_cast<std::uint32_t>(before[b] + 1));
+        ranks.push_back(static_cast<std::uint32_t>(before[b + 1]));
+      }
+    }
+    DeviceArray<std::uint32_t> d_hist(kBins), d_ranks(ranks.size()), d_flags(ranks.size());
+    DeviceArray<selection::device::BinPick> d_picks(ranks.size());
+    CUDA_OK(cudaMemcpy(d_hist.ptr, h.data(), kBins * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_ranks.ptr, ranks.data(), ranks.size() * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_flags.ptr, 0, ranks.size() * sizeof(std::uint32_t)));
+    CUDA_OK(cudaMemset(d_picks.ptr, 0xAB, ranks.size() * sizeof(selection::device::BinPick)));
+    pick_striped<kThreads, kRows><<<static_cast<unsigned>(ranks.size()), kThreads>>>(d_hist.ptr, d_ranks.ptr,
+                                                                                    d_picks.ptr, d_flags.ptr);
+    CUDA_OK(cudaGetLastError());
+    std::vector<selection::device::BinPick> picks(ranks.size());
+    std::vector<std::uint32_t> flags(ranks.size());
+    CUDA_OK(cudaMemcpy(picks.data(), d_picks.ptr, picks.size() * sizeof(picks[0]), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(flags.data(), d_flags.ptr, flags.size() * sizeof(flags[0]), cudaMemcpyDeviceToHost));
+    int failures = 0;
+    for (std::size_t i = 0; i < ranks.size() && failures < 5; ++i) {
+      // The bin b with before[b] < rank <= before[b + 1].
+      const auto it = std::lower_bound(before.begin() + 1, before.end(), static_cast<std::uint64_t>(ranks[i]));
+      const auto bin = static_cast<std::uint32_t>(it - before.begin() - 1);
+      const bool ok = picks[i].bin == bin && picks[i].above == before[bin] && picks[i].in == h[bin] && flags[i] == 0;
+      if (!ok) ++failures;
+      EXPECT_TRUE(ok) << kThreads << " x " << kRows << ", case " << c << ", rank " << ranks[i] << ": got bin "
+                      << picks[i].bin << " above " << picks[i].above << " in " << picks[i].in << " flags " << flags[i]
+                      << ", want bin " << bin << " above " << before[bin] << " in " << h[bin];
+    }
+  }
+}
+
+TEST(DevicePrimitives, StripedPickMatchesHostScan) {
+  check_striped_pick<256, 8>();
+  check_striped_pick<512, 8>();
+  check_striped_pick<1024, 4>();
+}
 
 TEST(DevicePrimitives, Fp8DecodeMatchesHostBitForBit) {
   DeviceArray<float> d(256);
