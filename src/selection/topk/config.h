@@ -143,7 +143,7 @@ struct ResidentRows16K {
   static constexpr int kMinCtasPerSm = 2;
   static constexpr int kMaxLen = 16384;
   static constexpr int kLoadGroups = kMaxLen / (4 * kThreads);
-  static constexpr int kBinBits = 12;
+  static constexpr int kBinBits = 11;
 };
 
 inline constexpr std::int64_t kResidentMaxLen = ResidentRows16K::kMaxLen;
