@@ -128,9 +128,13 @@ struct Config {
 // CTAs per SM (~49 KB each at K = 2048), 16K rows at 512 threads and 2 CTAs
 // (~81 KB each). kLoadGroups 16-byte loads per thread are in flight at once:
 // one round reads a whole row of kMaxLen.
-// kBinBits: histogram bins per pass (2^kBinBits, 8 per thread either way:
-// each pass ends with every thread summing its own bins, so more bins cost
-// every pass; a 32-bit span takes at most 3 passes either way).
+// kBinBits: histogram bins per pass (2^kBinBits; a 32-bit span takes at
+// most 3 passes with 11 or 12). Each pick reads and re-zeroes every bin
+// (device::pick_striped_bin: a load, a store and a warp reduction per row
+// of 32 bins), so more bins cost every pass, and fewer make the first
+// pass's bins wider (more keys in the second pass's window). 11 bits at
+// both: 8 bin rows a lane at 8K, 4 at 16K, where 12 bits (8 rows) measured
+// 2.8-7.0 % slower (docs/perf-log.md "Session 13").
 struct ResidentRows8K {
   static constexpr int kThreads = 256;
   static constexpr int kMinCtasPerSm = 4;
