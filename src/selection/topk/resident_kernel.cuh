@@ -3,9 +3,9 @@
 // keys and selects by histogram passes over it, with no candidate buffer
 // and no repair path (every answer is exact by construction):
 //   1. load the row once (16-byte loads, all in flight) as keys, and count
-//      each key in a histogram of its top 11 or 12 bits: the first pass;
+//      each key in a histogram of its top 11 bits: the first pass;
 //   2. histogram passes over the keys of a window, the first pass's bin of
-//      the K-th largest key (2^11 or 2^12 linear bins that tile it exactly,
+//      the K-th largest key (2^11 linear bins that tile it exactly,
 //      so no key is tested: keys outside count in a spare bin), each
 //      narrowing the window to the bin of the K-th largest key, until the
 //      top K take the chosen bin whole (usually the second pass: then the
