@@ -60,8 +60,9 @@ struct DeviceArray {
 };
 
 // One block per rank: copies the histogram into shared memory, picks the
-// bin of ranks[blockIdx.x] with pick_striped_bin, writes the pick and
-// whether any bin is nonzero afterwards (the pick must re-zero them all).
+// bin of ranks[blockIdx.x] with pick_striped_bin, writes the pick, and
+// flags 1 when a bin is nonzero afterwards (the pick must re-zero them all)
+// and 2 when a thread's pick differs from thread 0's.
 template <int kThreads, int kRows>
 __global__ void pick_striped(const std::uint32_t* histogram, const std::uint32_t* ranks,
                              selection::device::BinPick* picks, std::uint32_t* left_nonzero) {
@@ -76,10 +77,13 @@ __global__ void pick_striped(const std::uint32_t* histogram, const std::uint32_t
   std::uint32_t nonzero = 0;
   for (int b = threadIdx.x; b < kBins; b += kThreads) nonzero |= bins[b];
   if (nonzero != 0) atomicOr(left_nonzero + blockIdx.x, 1u);
-  // Every thread must return the same pick.
-  const selection::device::BinPick first{__shfl_sync(0xFFFFFFFFu, pick.bin, 0), __shfl_sync(0xFFFFFFFFu, pick.above, 0),
-                                         __shfl_sync(0xFFFFFFFFu, pick.in, 0)};
-  if (pick.bin != first.bin || pick.above != first.above || pick.in != first.in) atomicOr(left_nonzero + blockIdx.x, 2u);
+  // Every thread must return thread 0's pick.
+  __shared__ selection::device::BinPick first;
+  if (threadIdx.x == 0) first = pick;
+  __syncthreads();
+  if (pick.bin != first.bin || pick.above != first.above || pick.in != first.in) {
+    atomicOr(left_nonzero + blockIdx.x, 2u);
+  }
   if (threadIdx.x == 0) picks[blockIdx.x] = pick;
 }
 

@@ -252,10 +252,11 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
 // 16-byte loads and stores at a 32-byte stride: 8 wavefronts each, and the
 // block scan 8 more). The resident top-k's passes use it (16K -4 %); the
 // sampled top-k's threshold keeps pick_owned_bin, where this one measured
-// 2-3 % slower (docs/perf-log.md "Session 13"). A row's sums come from a warp reduction, the warps'
-// sums meet in warp_sums (one barrier), and every warp finds the owning
-// warp from them; that warp finds the row (its sums, in registers) and the
-// lane (a shuffle scan of the row), and broadcasts the pick. The histogram
+// 2-3 % slower (docs/perf-log.md "Session 13"). A row's sums come from a
+// warp reduction, the warps' sums meet in warp_sums (one barrier), and
+// every warp finds the owning warp from them; that warp finds the row (its
+// sums, in registers) and the lane (a shuffle scan of the row), and
+// broadcasts the pick. The histogram
 // is complete and visible at entry; each lane re-zeroes the bins it read,
 // so it is zero for the next pass. Ends with a barrier; every thread gets
 // the pick (undefined when the histogram holds fewer than rank keys).

@@ -175,8 +175,8 @@ class ResidentRow {
     __syncthreads();  // the zeroed histogram visible
     // The key's bin of first_window() (shift 32 - kBinBits), ~key >> shift =
     // (kBins - 1) - (key >> shift), taken as an offset below the last bin:
-    // a shift and a multiply-add for the address, where ~key >> shift as an
-    // index compiled to four ALU instructions (not, shift, mask, add).
+    // ptxas makes the address a shift, a mask and a subtract, where ~key >>
+    // shift as an index took a not, a shift, a mask and an add.
     std::uint32_t* const last_bin = histogram + (Cfg::kBins - 1);
     const auto count = [last_bin](std::uint32_t key) { atomicAdd(last_bin - (key >> (32 - Cfg::kBinBits)), 1u); };
 #pragma unroll
@@ -252,8 +252,8 @@ class ResidentRow {
   // Step 2, one pass after the first (which load() takes): histograms the
   // keys of w, one bin of the pass before, and returns the bin that holds
   // its rank-th largest (rank <= the window's keys); the pick re-zeroes
-  // the histogram for the next pass. Every key takes a plain atomic (an add of 1 compiles to ATOMS.POPC.INC).
-  // Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
+  // the histogram for the next pass. Every key takes a plain atomic (an
+  // add of 1 compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
   // measured slower on every distribution, tie-heavy rows included
   // (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21 keys wide:
   // no key is tested, those outside the window count in the spare bin
