@@ -61,14 +61,22 @@ __device__ __forceinline__ std::uint32_t warp_append(std::uint32_t n, std::uint3
 // claim: warp_count_scan gives lane i the counts of lanes 0..i and the
 // warp's total; warp_claim then takes the total's slots with one atomic,
 // from lane 31 (which holds it), and returns lane i's first slot.
-__device__ __forceinline__ std::uint32_t warp_count_scan(std::uint32_t n, std::uint32_t& total) {
+// Inclusive shuffle scan of v over lanes 0..kLanes-1 (a power of two, or
+// kWarpSize for the whole warp); lanes at or past kLanes get partial sums
+// that callers must not read.
+template <int kLanes = kWarpSize>
+__device__ __forceinline__ std::uint32_t warp_inclusive_sum(std::uint32_t v) {
+  static_assert(kLanes > 0 && kLanes <= kWarpSize && (kLanes & (kLanes - 1)) == 0, "a power of two lanes");
   const unsigned lane = lane_id();
-  std::uint32_t inclusive = n;
 #pragma unroll
-  for (int d = 1; d < kWarpSize; d *= 2) {
-    const std::uint32_t below = __shfl_up_sync(kFullWarp, inclusive, d);
-    if (lane >= static_cast<unsigned>(d)) inclusive += below;
+  for (int d = 1; d < kLanes; d *= 2) {
+    const std::uint32_t below = __shfl_up_sync(kFullWarp, v, d);
+    if (lane >= static_cast<unsigned>(d)) v += below;
   }
+  return v;
+}
+__device__ __forceinline__ std::uint32_t warp_count_scan(std::uint32_t n, std::uint32_t& total) {
+  const std::uint32_t inclusive = warp_inclusive_sum(n);
   total = __shfl_sync(kFullWarp, inclusive, kWarpSize - 1);
   return inclusive;
 }
@@ -256,12 +264,11 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
 // warp reduction, the warps' sums meet in warp_sums (one barrier), and
 // every warp finds the owning warp from them; that warp finds the row (its
 // sums, in registers) and the lane (a shuffle scan of the row), and
-// broadcasts the pick. The histogram
-// is complete and visible at entry; each lane re-zeroes the bins it read,
-// so it is zero for the next pass. Ends with a barrier; every thread gets
-// the pick (undefined when the histogram holds fewer than rank keys).
-// warp_sums: kWarps entries, not read by anyone else until the barrier
-// that ends this call.
+// broadcasts the pick. The histogram is complete and visible at entry;
+// each lane re-zeroes the bins it read, so it is zero for the next pass.
+// Ends with a barrier; every thread gets the pick (undefined when the
+// histogram holds fewer than rank keys). warp_sums: kWarps entries, not
+// read by anyone else until the barrier that ends this call.
 template <int kWarps, int kRows>
 __device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* warp_sums, BinPick& broadcast,
                                     std::uint32_t rank) {
@@ -283,12 +290,9 @@ __device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* war
   __syncthreads();
   // The owning warp: the first whose inclusive prefix of warp sums reaches rank.
   const std::uint32_t sum = lane < static_cast<unsigned>(kWarps) ? warp_sums[lane] : 0u;
-  std::uint32_t inclusive = sum;
-#pragma unroll
-  for (int d = 1; d < kWarps; d *= 2) {
-    const std::uint32_t up = __shfl_up_sync(kFullWarp, inclusive, d);
-    if (lane >= static_cast<unsigned>(d)) inclusive += up;
-  }
+  // Lane kWarps - 1 holds the total (>= rank), so the first lane reaching
+  // rank is below kWarps.
+  const std::uint32_t inclusive = warp_inclusive_sum<kWarps>(sum);
   const unsigned owner = __ffs(__ballot_sync(kFullWarp, inclusive >= rank)) - 1;
   if (warp == owner) {
     std::uint32_t before = __shfl_sync(kFullWarp, inclusive - sum, owner);  // keys in the warps before
@@ -307,12 +311,7 @@ __device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* war
         }
       }
     }
-    std::uint32_t lanes_inclusive = in_row;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const std::uint32_t up = __shfl_up_sync(kFullWarp, lanes_inclusive, d);
-      if (lane >= static_cast<unsigned>(d)) lanes_inclusive += up;
-    }
+    const std::uint32_t lanes_inclusive = warp_inclusive_sum(in_row);
     const unsigned pick_lane = __ffs(__ballot_sync(kFullWarp, before + lanes_inclusive >= rank)) - 1;
     if (lane == pick_lane) {
       broadcast = {warp * (kWarpSize * kRows) + row * kWarpSize + lane,

@@ -117,7 +117,7 @@ class ResidentRow {
     trace.threshold_key = trace.kth_key = kth;
     trace.count_gt = above + pick.above;
     trace.count_eq = pick.in;
-    emit_cut(kth, trace.count_gt, pick.in);
+    emit_cut(kth, trace.count_gt);
     return trace;
   }
 
@@ -372,12 +372,12 @@ class ResidentRow {
   // 8K model-like measured 30 % slower that way, docs/perf-log.md "Session 12").
   __device__ std::int32_t* staged_indices() const { return reinterpret_cast<std::int32_t*>(sh_.work.out); }
 
-  // Emission when the K-th key kth has count_eq ties and only K - count_gt
-  // < count_eq of them belong to the top K: the keys above kth, then the
+  // Emission when the K-th key kth has more ties than the K - count_gt
+  // that belong to the top K: the keys above kth, then the
   // ties (slots from count_gt): any of them (kAny: the slot race), or the
   // smallest positions (a scan of tie counts in slot order, one per round).
   // Ends with a barrier.
-  __device__ void emit_cut(std::uint32_t kth, std::uint32_t count_gt, std::uint32_t count_eq) {
+  __device__ void emit_cut(std::uint32_t kth, std::uint32_t count_gt) {
     const std::uint32_t take = K - count_gt;
     append_where<false>(AtLeast(kth + 1), &sh_.emitted);  // kth <= score_key(+inf): no wrap
     if (!p_.smallest_index_ties) {
