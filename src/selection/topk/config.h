@@ -128,18 +128,23 @@ struct Config {
 // CTAs per SM (~49 KB each at K = 2048), 16K rows at 512 threads and 2 CTAs
 // (~81 KB each). kLoadGroups 16-byte loads per thread are in flight at once:
 // one round reads a whole row of kMaxLen.
-// kBinBits: histogram bins per pass (2^kBinBits; a 32-bit span takes at
-// most 3 passes with 11 or 12). Each pick reads and re-zeroes every bin
-// (device::pick_striped_bin: a load, a store and a warp reduction per row
-// of 32 bins), so more bins cost every pass, and fewer make the first
-// pass's bins wider (more keys in the second pass's window). 11 bits at
-// both: 8 bin rows a lane at 8K, 4 at 16K, where 12 bits (8 rows) measured
-// 2.8-7.0 % slower (docs/perf-log.md "Session 13").
+// kFirstBinBits, kBinBits: histogram bins of the first pass (taken during
+// the load) and of each later pass (2^bits; a 32-bit span takes at most
+// ResidentConfig::kMaxPasses, 3 in both geometries). Each pick reads and
+// re-zeroes every bin (device::pick_striped_bin: a load, a store and a
+// warp reduction per row of 32 bins), so more bins cost every pass, and
+// fewer make the first pass's bins wider (more keys in the second pass's
+// window). 11 bits at 16K (4 bin rows a lane), where 12 bits (8 rows)
+// measured 2.8-7.0 % slower (docs/perf-log.md "Session 13"). At 8K, 10
+// bits in every pass (4 rows a lane) measured model-like rows 1.1 %
+// faster and tie-cut rows 7 % slower (a fourth pass); a 10-bit first pass
+// and 11-bit later passes keep 3 passes.
 struct ResidentRows8K {
   static constexpr int kThreads = 256;
   static constexpr int kMinCtasPerSm = 4;
   static constexpr int kMaxLen = 8192;
   static constexpr int kLoadGroups = kMaxLen / (4 * kThreads);
+  static constexpr int kFirstBinBits = 10;
   static constexpr int kBinBits = 11;
 };
 struct ResidentRows16K {
@@ -147,6 +152,7 @@ struct ResidentRows16K {
   static constexpr int kMinCtasPerSm = 2;
   static constexpr int kMaxLen = 16384;
   static constexpr int kLoadGroups = kMaxLen / (4 * kThreads);
+  static constexpr int kFirstBinBits = 11;
   static constexpr int kBinBits = 11;
 };
 
@@ -158,9 +164,16 @@ struct ResidentConfig {
   // The histogram shares its storage with out[] (16 KB at K = 2048).
   static constexpr int kBinBits = R::kBinBits;
   static constexpr int kBins = 1 << kBinBits;
-  static_assert(kBins % R::kThreads == 0, "each lane owns whole rows of 32 bins (device::pick_striped_bin)");
+  static constexpr int kFirstBinBits = R::kFirstBinBits;
+  static constexpr int kFirstBins = 1 << kFirstBinBits;
+  static_assert(kFirstBins <= kBins, "the first pass's bins share the histogram");
+  static_assert(kFirstBins % R::kThreads == 0 && kBins % R::kThreads == 0,
+                "each lane owns whole rows of 32 bins (device::pick_striped_bin)");
+  // Histogram passes a row takes at most: the first, then kBinBits a pass.
+  static constexpr int kMaxPasses = 1 + (32 - kFirstBinBits + kBinBits - 1) / kBinBits;
   static_assert(R::kThreads % 32 == 0 && R::kThreads / 32 <= 32, "whole warps, at most 32");
   static constexpr int kBinsPerThread = kBins / R::kThreads;  // rows of 32 bins a warp owns
+  static constexpr int kFirstBinsPerThread = kFirstBins / R::kThreads;  // the same in the first pass
   using Scan = cub::BlockScan<std::uint32_t, R::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   using BlockSort = cub::BlockRadixSort<std::uint64_t, R::kThreads, K / R::kThreads>;
 

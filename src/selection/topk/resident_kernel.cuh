@@ -70,34 +70,39 @@ class ResidentRow {
     RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
     // Window [lo, hi] of keys; `above`: keys above the window; `rank`: the
     // K-th largest key is the rank-th largest inside the window. The first
-    // window is every key (its bins are the keys' top kBinBits bits), and
-    // its histogram is taken while the row loads, so the first pass over
-    // the resident row is the second window's. Every window is tiled
+    // window is every key (its bins are the keys' top kFirstBinBits bits),
+    // and its histogram is taken while the row loads, so the first pass
+    // over the resident row is the second window's. Every window is tiled
     // (KeyWindow::tiled): a pass tests no key, keys outside the window
     // count in a spare bin. Each later window is one bin of the pass before
-    // (at most 2^21 keys wide).
+    // (at most 2^22 keys wide), [bottom, top] with bins 2^shift keys wide.
     load();
     std::uint32_t above = 0, rank = K;
-    KeyWindow w = first_window();
-    typename Cfg::BinPick pick = pick_from_histogram(rank);
+    const FirstWindow first = first_window();
+    typename Cfg::BinPick pick = pick_from_histogram<Cfg::kFirstBinsPerThread>(rank);
     trace.threshold_passes = 1;
+    std::uint32_t bottom = first.bin_bottom(pick.bin), top = first.bin_top(pick.bin);
+    int shift = first.shift;
     // Narrow until the top K take the chosen bin whole (the rank-th largest
     // of the window is the bin's least key: the top K are exactly the keys at
     // or above its bottom, no tie is cut and the keys inside it need no more
     // passes; on model-like rows this usually ends the second pass) or until
     // the bin is one key wide.
     const auto whole = [&] { return pick.above + pick.in == rank; };
-    while (!whole() && w.shift != 0) {
+    while (!whole() && shift != 0) {
       above += pick.above;
       rank -= pick.above;
-      w = KeyWindow::tiled(w.bin_bottom(pick.bin), w.bin_top(pick.bin));
+      const KeyWindow w = KeyWindow::tiled(bottom, top);
       pick = pick_bin(w, rank);
+      bottom = w.bin_bottom(pick.bin);
+      top = w.bin_top(pick.bin);
+      shift = w.shift;
       ++trace.threshold_passes;
     }
     if (whole()) {
       // The bin holds a key of the row (>= kNegInfKey), so its bottom is
-      // above the first window's bottom bin [0, 2^(32 - kBinBits)): > kPadKey.
-      const std::uint32_t bottom = w.bin_bottom(pick.bin);
+      // above the first window's bottom bin [0, 2^(32 - kFirstBinBits)):
+      // > kPadKey.
       append_where<false, kDirect>(AtLeast(bottom), &sh_.emitted);
       if constexpr (kDirect) {
         // The K indices staged in out[]'s storage, copied out coalesced.
@@ -113,7 +118,7 @@ class ResidentRow {
     }
     // The bin is one key, the K-th, and only some of its ties belong to the
     // top K.
-    const std::uint32_t kth = w.bin_top(pick.bin);
+    const std::uint32_t kth = top;
     trace.threshold_key = trace.kth_key = kth;
     trace.count_gt = above + pick.above;
     trace.count_eq = pick.in;
@@ -125,10 +130,12 @@ class ResidentRow {
   static constexpr int kVec = device::kGroupSize;  // keys per 16-byte slot group
 
   using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
+  using FirstWindow = device::KeyWindow<Cfg::kFirstBinBits>;
 
-  // The first pass's window: every key, its bins the keys' top kBinBits
-  // bits (bin(key) = ~key >> (32 - kBinBits), folded at compile time).
-  __device__ static KeyWindow first_window() { return KeyWindow::tiled(0, 0xFFFFFFFFu); }
+  // The first pass's window: every key, its bins the keys' top
+  // kFirstBinBits bits (bin(key) = ~key >> (32 - kFirstBinBits), folded at
+  // compile time).
+  __device__ static FirstWindow first_window() { return FirstWindow::tiled(0, 0xFFFFFFFFu); }
 
   // Step 1: the row's keys into sh.keys and the first pass's histogram:
   // each key counts in its bin of first_window() (the key's top bits,
@@ -173,12 +180,14 @@ class ResidentRow {
       sh_.tie_slots = 0;
     }
     __syncthreads();  // the zeroed histogram visible
-    // The key's bin of first_window() (shift 32 - kBinBits), ~key >> shift =
+    // The key's bin of first_window() (shift 32 - kFirstBinBits), ~key >> shift =
     // (kBins - 1) - (key >> shift), taken as an offset below the last bin:
     // ptxas makes the address a shift, a mask and a subtract, where ~key >>
     // shift as an index took a not, a shift, a mask and an add.
-    std::uint32_t* const last_bin = histogram + (Cfg::kBins - 1);
-    const auto count = [last_bin](std::uint32_t key) { atomicAdd(last_bin - (key >> (32 - Cfg::kBinBits)), 1u); };
+    std::uint32_t* const last_bin = histogram + (Cfg::kFirstBins - 1);
+    const auto count = [last_bin](std::uint32_t key) {
+      atomicAdd(last_bin - (key >> (32 - Cfg::kFirstBinBits)), 1u);
+    };
 #pragma unroll
     for (int u = 0; u < R::kLoadGroups; ++u) {
       const std::int32_t i = u * R::kThreads + tid;
@@ -273,16 +282,18 @@ class ResidentRow {
     const std::uint32_t pad_bin = min(w.bin(kPadKey), kSpare);
     if (threadIdx.x == 0 && pad_bin != kSpare) atomicSub(&histogram[pad_bin], visited_keys() - len_);
     __syncthreads();
-    return pick_from_histogram(rank);
+    return pick_from_histogram<Cfg::kBinsPerThread>(rank);
   }
 
-  // The bin of the histogram (complete and visible) that holds the rank-th
-  // largest counted key (rank <= the count of all keys), by warps owning
-  // stripes of kBinsPerThread rows of 32 bins (device::pick_striped_bin):
-  // every lane reads and re-zeroes its own bins, so the histogram is zero
-  // for the next pass. Ends with a barrier; every thread gets the pick.
+  // The bin of the histogram's first kRows * kThreads bins (complete and
+  // visible) that holds the rank-th largest counted key (rank <= the count
+  // of all keys), by warps owning stripes of kRows rows of 32 bins
+  // (device::pick_striped_bin): every lane reads and re-zeroes its own
+  // bins, so the histogram is zero for the next pass. Ends with a barrier;
+  // every thread gets the pick.
+  template <int kRows>
   __device__ typename Cfg::BinPick pick_from_histogram(std::uint32_t rank) {
-    return device::pick_striped_bin<R::kThreads / device::kWarpSize, Cfg::kBinsPerThread>(
+    return device::pick_striped_bin<R::kThreads / device::kWarpSize, kRows>(
         sh_.work.histogram, sh_.warp_sums, sh_.pick, rank);
   }
 
