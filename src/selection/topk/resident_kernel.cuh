@@ -139,12 +139,15 @@ class ResidentRow {
 
   // Step 1: the row's keys into sh.keys and the first pass's histogram:
   // each key counts in its bin of first_window() (the key's top bits,
-  // ~key >> (32 - kBinBits) once folded), which is one shift and a mask
+  // ~key >> (32 - kFirstBinBits) once folded), which is one shift and a mask
   // beside its atomic, where the row's least and greatest key (the window
   // the passes used before) took two min/max and a block reduction, and
   // a pass over the row after it. The padding is not counted. One round of
-  // 16-byte loads covers kMaxLen; the histogram is zeroed and a barrier
-  // passed while they are in flight. Ends with a barrier.
+  // 16-byte loads covers kMaxLen; the histogram is zeroed (bins tid +
+  // kThreads * b: one wavefront a store, where kBinsPerThread consecutive
+  // bins a thread took 4 at 16K and 8 at 8K; 8K -0.2 to -0.8 %, 16K no
+  // change, docs/perf-log.md "Session 14") and a barrier passed while they
+  // are in flight. Ends with a barrier.
   __device__ void load() {
     static_assert(R::kThreads * R::kLoadGroups * kVec == R::kMaxLen, "one round of loads covers a row");
     const std::int32_t head_len = min(len_, (kVec - misalign_) % kVec);  // positions before the aligned body
@@ -174,7 +177,7 @@ class ResidentRow {
     const float edge_score = edge_present ? __ldg(row_ + edge_pos) : 0.0f;
     std::uint32_t* const histogram = sh_.work.histogram;
 #pragma unroll
-    for (int b = 0; b < Cfg::kBinsPerThread; ++b) histogram[threadIdx.x * Cfg::kBinsPerThread + b] = 0;
+    for (int b = 0; b < Cfg::kBinsPerThread; ++b) histogram[b * R::kThreads + threadIdx.x] = 0;
     if (threadIdx.x == 0) {
       sh_.emitted = 0;
       sh_.tie_slots = 0;
