@@ -138,7 +138,8 @@ struct Config {
 // measured 2.8-7.0 % slower (docs/perf-log.md "Session 13"). At 8K, 10
 // bits in every pass (4 rows a lane) measured model-like rows 1.1 %
 // faster and tie-cut rows 7 % slower (a fourth pass); a 10-bit first pass
-// and 11-bit later passes keep 3 passes.
+// and 11-bit later passes keep 3 passes: ties / dead-relu / shifted rows
+// 2.2-3.5 % faster, model-like unchanged (docs/perf-log.md "Session 14").
 struct ResidentRows8K {
   static constexpr int kThreads = 256;
   static constexpr int kMinCtasPerSm = 4;
