@@ -136,6 +136,11 @@ class ResidentRow {
 
   using KeyWindow = device::KeyWindow<Cfg::kBinBits>;
   using FirstWindow = device::KeyWindow<Cfg::kFirstBinBits>;
+  // Every score's key (>= kNegInfKey) lies above the first pass's bottom
+  // bin [0, 2^(32 - kFirstBinBits)), so every picked bin's bottom is above
+  // kPadKey (AtLeast needs it), and the first pass's bins are at most 2^23
+  // keys wide (KeyWindow::tiled's bound for the windows after it).
+  static_assert((kNegInfKey >> (32 - Cfg::kFirstBinBits)) != 0, "the first pass's bins are too wide");
 
   // The first pass's window: every key, its bins the keys' top
   // kFirstBinBits bits (bin(key) = ~key >> (32 - kFirstBinBits), folded at
