@@ -55,12 +55,6 @@ __device__ __forceinline__ std::uint32_t warp_append(std::uint32_t n, std::uint3
   return __shfl_sync(kFullWarp, base, 0) + below;
 }
 
-// The same append by an inclusive shuffle scan of the lanes' counts (five
-// shuffles and adds where warp_append takes CountBits ballots and twice as
-// many popcounts), in two steps so that a caller can skip an empty warp's
-// claim: warp_count_scan gives lane i the counts of lanes 0..i and the
-// warp's total; warp_claim then takes the total's slots with one atomic,
-// from lane 31 (which holds it), and returns lane i's first slot.
 // Inclusive shuffle scan of v over lanes 0..kLanes-1 (a power of two, or
 // kWarpSize for the whole warp); lanes at or past kLanes get partial sums
 // that callers must not read.
@@ -75,6 +69,13 @@ __device__ __forceinline__ std::uint32_t warp_inclusive_sum(std::uint32_t v) {
   }
   return v;
 }
+
+// warp_append's append by an inclusive shuffle scan of the lanes' counts (five
+// shuffles and adds where warp_append takes CountBits ballots and twice as
+// many popcounts), in two steps so that a caller can skip an empty warp's
+// claim: warp_count_scan gives lane i the counts of lanes 0..i and the
+// warp's total; warp_claim then takes the total's slots with one atomic,
+// from lane 31 (which holds it), and returns lane i's first slot.
 __device__ __forceinline__ std::uint32_t warp_count_scan(std::uint32_t n, std::uint32_t& total) {
   const std::uint32_t inclusive = warp_inclusive_sum(n);
   total = __shfl_sync(kFullWarp, inclusive, kWarpSize - 1);
@@ -100,12 +101,7 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
     counts[i] = sh.histogram[top - i];
     sum += counts[i];
   }
-  std::uint32_t inclusive = sum;  // keys in this lane's bins and all higher bins
-#pragma unroll
-  for (int d = 1; d < kWarpSize; d *= 2) {
-    const std::uint32_t v = __shfl_up_sync(kFullWarp, inclusive, d);
-    if (lane >= static_cast<unsigned>(d)) inclusive += v;
-  }
+  const std::uint32_t inclusive = warp_inclusive_sum(sum);  // keys in this lane's bins and all higher bins
   const std::uint32_t exclusive = inclusive - sum;
   // Exactly one lane holds the rank-th key (rank <= keys matching prefix).
   if (exclusive < rank && rank <= inclusive) {
