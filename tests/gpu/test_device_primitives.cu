@@ -88,8 +88,9 @@ __global__ void pick_striped(const std::uint32_t* histogram, const std::uint32_t
 }
 
 // pick_striped_bin against a scan on the host, for the resident kernels'
-// geometries (256 threads x 8 rows, 512 x 8) and the largest block it
-// takes (1024 x 4: 32 warps), on every rank of small random
+// picks (8K: 256 threads x 4 rows in the first pass, x 8 after; 16K:
+// 512 x 4), 512 x 8, and the largest block it takes (1024 x 4: 32
+// warps), on every rank of small random
 // histograms, and on the first and last rank of every nonempty bin of
 // sparse ones and of one-bin ones (first, a middle and the last bin).
 template <int kThreads, int kRows>
@@ -155,7 +156,9 @@ void check_striped_pick() {
 }
 
 TEST(DevicePrimitives, StripedPickMatchesHostScan) {
+  check_striped_pick<256, 4>();
   check_striped_pick<256, 8>();
+  check_striped_pick<512, 4>();
   check_striped_pick<512, 8>();
   check_striped_pick<1024, 4>();
 }
