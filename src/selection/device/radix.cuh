@@ -126,24 +126,6 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
   }
 }
 
-// Adds one to histogram[bin] for every lane with `counted`; every lane of the
-// warp calls it (converged). Lanes with the same bin are merged into one
-// atomic by their lowest lane, so a warp costs one shared atomic per
-// distinct bin. Uncounted lanes match on a value no histogram index takes: a
-// sentinel that could equal a counted lane's bin would join its peers, take
-// the lowest lane, and drop their counts (the threshold histogram of the
-// sampled top-k has 4096 bins, and used 256 as the sentinel).
-// Written on the assumption that unmerged atomics on one bin serialise; the
-// measurements say otherwise (plain atomics, +1 = ATOMS.POPC.INC: the
-// resident passes 12-27 % faster, session 6; block_radix_select, top-k 128K
-// -5 %, session 7, tie-heavy rows included). Only the sampled threshold's
-// sample histogram still merges (not measured without it).
-__device__ __forceinline__ void warp_histogram_add(std::uint32_t* histogram, bool counted, std::uint32_t bin) {
-  if (!__any_sync(kFullWarp, counted)) return;
-  const unsigned peers = __match_any_sync(kFullWarp, counted ? bin : 0xFFFFFFFFu);
-  if (counted && (peers & ((1u << lane_id()) - 1)) == 0) atomicAdd(&histogram[bin], __popc(peers));
-}
-
 // The block's least and greatest key, in two halves around a barrier the
 // caller places (it usually publishes other shared writes with it):
 // publish() reduces each warp's range into its slot, gather() reads every
@@ -345,9 +327,9 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
     if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;
     __syncthreads();
     for_each_key([&](std::uint32_t key, bool present) {
-      // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than the
-      // merged warp_histogram_add on every distribution measured
-      // (docs/perf-log.md, sessions 6 and 7).
+      // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than merging
+      // a warp's same-bin lanes with __match_any_sync first, on every
+      // distribution measured (docs/perf-log.md, sessions 6, 7 and 15).
       if (present && (key & fixed) == prefix) atomicAdd(&sh.histogram[(key >> shift) & kDigitMask], 1u);
     });
     __syncthreads();

@@ -150,7 +150,10 @@ class RowSelect {
     for (std::int32_t base = 0; base < s; base += G::kThreads) {
       const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
       const std::uint32_t key = i < s ? th.sample_keys[i] : 0u;
-      // EXPERIMENT: a plain atomic, as every other histogram.
+      // A plain atomic (ATOMS.POPC.INC), as in every other histogram: the
+      // merged form (__match_any_sync per round, one atomic per distinct
+      // bin) held this pass ~5 K cycles a row and cost 32K rows 4-10 %
+      // (docs/perf-log.md "Session 15").
       if (i < s && w.holds(key)) atomicAdd(&th.histogram[w.bin(key)], 1u);
     }
     __syncthreads();
