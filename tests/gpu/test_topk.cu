@@ -425,9 +425,9 @@ TEST(TopkGpu, ForcedAllPassFitsBuffer) {
 // All-equal rows, unforced. Sampled kernel: tau is the value, count(> tau)
 // = 0 and count(== tau) = len; kAny takes ties from the tie buffer,
 // smallest-index ties with len > K find them in the row (tie repair).
-// Resident kernel: every key in one bin of each pass, so 3 passes (the
-// key's top 11 bits, then 11 and 10 more) end at a one-key bin; every key
-// is a tie.
+// Resident kernel: every key in one bin of each pass, so the geometry's
+// most passes (at 7000 keys the 8K one: the key's top 10 bits, then 11 and
+// 11 more) end at a one-key bin; every key is a tie.
 TEST(TopkGpu, AllEqualRows) {
   const ScoresProblem prob = custom_problem(5, 7000, [](std::int64_t t, std::int64_t) {
     return t == 4 ? -0.0f : 1.5f * static_cast<float>(t + 1);
