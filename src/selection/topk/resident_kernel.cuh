@@ -3,10 +3,11 @@
 // keys and selects by histogram passes over it, with no candidate buffer
 // and no repair path (every answer is exact by construction):
 //   1. load the row once (16-byte loads, all in flight) as keys, and count
-//      each key in a histogram of its top 11 bits: the first pass;
+//      each key in a histogram of its top kFirstBinBits bits (10 at 8K, 11
+//      at 16K): the first pass;
 //   2. histogram passes over the keys of a window, the first pass's bin of
-//      the K-th largest key (2^11 linear bins that tile it exactly,
-//      so no key is tested: keys outside count in a spare bin), each
+//      the K-th largest key (2^kBinBits = 2^11 linear bins that tile it
+//      exactly, so no key is tested: keys outside count in a spare bin), each
 //      narrowing the window to the bin of the K-th largest key, until the
 //      top K take the chosen bin whole (usually the second pass: then the
 //      top K are the keys at or above its bottom) or the bin is one key
@@ -275,9 +276,10 @@ class ResidentRow {
   // keys of w, one bin of the pass before, and returns the bin that holds
   // its rank-th largest (rank <= the window's keys); the pick re-zeroes
   // the histogram for the next pass. Every key takes a plain atomic (an
-  // add of 1 compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes first (shuffle, vote, __match_any_sync)
-  // measured slower on every distribution, tie-heavy rows included
-  // (docs/perf-log.md, "Session 6"). w is tiled and at most 2^21 keys wide:
+  // add of 1 compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes
+  // first (shuffle, vote, __match_any_sync) measured slower on every
+  // distribution, tie-heavy rows included (docs/perf-log.md, "Session 6").
+  // w is tiled and at most 2^22 keys wide (one bin of the first pass):
   // no key is tested, those outside the window count in the spare bin
   // kBins; the padding (kPadKey) too, unless the window reaches down to it,
   // and then thread 0 takes its count back out: ~5 instructions a key,
