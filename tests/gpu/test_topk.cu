@@ -36,17 +36,19 @@ using tools::Layout;
 using tools::ScoresProblem;
 
 constexpr int kAllK[] = {512, 1024, 2048};
-// The sampled kernel's geometries for K: 512 threads a row, and 1024
-// (one row per SM) where K allows it.
-std::vector<TopkEngine> sampled_engines(int K) {
+// The sampled kernel's geometries for K and rows of up to num_cols keys:
+// 512 threads a row (LongRows, and LongRows64K's smaller buffers for rows
+// it takes), and 1024 (one row per SM) where K allows it.
+std::vector<TopkEngine> sampled_engines(int K, std::int64_t num_cols) {
   std::vector<TopkEngine> e{TopkEngine::kSampled};
+  if (num_cols <= selection::topk::LongRows64K::kMaxLen) e.push_back(TopkEngine::kSampled64K);
   if (K % selection::topk::WideRows::kThreads == 0) e.push_back(TopkEngine::kSampledWide);
   return e;
 }
 // Rows of at most kResidentMaxLen keys can run on every kernel and
 // geometry: coverage tests on such rows run each.
 std::vector<TopkEngine> all_engines(int K) {
-  std::vector<TopkEngine> e = sampled_engines(K);
+  std::vector<TopkEngine> e = sampled_engines(K, selection::topk::kResidentMaxLen);
   e.push_back(TopkEngine::kResident);
   return e;
 }
@@ -61,6 +63,7 @@ unsigned resident_max_passes(std::int64_t num_cols) {
 std::string engine_name(TopkEngine e) {
   switch (e) {
     case TopkEngine::kSampled: return "sampled";
+    case TopkEngine::kSampled64K: return "sampled-64k";
     case TopkEngine::kSampledWide: return "sampled-wide";
     case TopkEngine::kResident: return "resident";
     default: return "auto";
@@ -364,7 +367,7 @@ TEST(TopkGpu, ForcedUnderflowPartialCandidates) {
   TopkHooks hooks;
   hooks.force_threshold = true;
   hooks.forced_threshold_key = score_key(static_cast<float>(tau_value));
-  for (TopkEngine engine : sampled_engines(K)) {
+  for (TopkEngine engine : sampled_engines(K, len)) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
       SCOPED_TRACE(engine_name(engine));
@@ -387,13 +390,13 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
     spec.dist = dist;
     spec.layout = Layout::kFull;
     spec.T = 6;
-    spec.N = 20000;  // > either geometry's candidate capacity
+    spec.N = 20000;  // > every sampled geometry's candidate capacity
     const ScoresProblem prob = tools::make_scores_problem(spec);
     TopkHooks hooks;
     hooks.force_threshold = true;
     hooks.forced_threshold_key = 0;
     for (int K : {512, 2048}) {
-      for (TopkEngine engine : sampled_engines(K)) {
+      for (TopkEngine engine : sampled_engines(K, spec.N)) {
         for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
           const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
           SCOPED_TRACE("K=" + std::to_string(K) + " " + engine_name(engine));
@@ -406,20 +409,26 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
   }
 }
 
-// The same forced tau = 0 on rows that fit the candidate buffer (8192):
-// every key is a candidate and the certificate holds.
+// The same forced tau = 0 on rows that fit the candidate buffer (LongRows
+// 8192, LongRows64K 4096): every key is a candidate and the certificate
+// holds.
 TEST(TopkGpu, ForcedAllPassFitsBuffer) {
-  tools::ProblemSpec spec;
-  spec.layout = Layout::kFull;
-  spec.T = 4;
-  spec.N = 6000;
-  const ScoresProblem prob = tools::make_scores_problem(spec);
-  TopkHooks hooks;
-  hooks.force_threshold = true;
-  const SelectOptions o = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, false);
-  const GpuResult r = run_gpu(prob, o, false, &hooks);
-  EXPECT_EXACT(prob, o, r.out);
-  expect_paths(r, prob, 2048, RowPath::kCertified);
+  for (const auto& [engine, capacity] : {std::pair{TopkEngine::kSampled, selection::topk::LongRows::kCandidateCapacity},
+                                         std::pair{TopkEngine::kSampled64K,
+                                                   selection::topk::LongRows64K::kCandidateCapacity}}) {
+    tools::ProblemSpec spec;
+    spec.layout = Layout::kFull;
+    spec.T = 4;
+    spec.N = capacity - 96;
+    const ScoresProblem prob = tools::make_scores_problem(spec);
+    TopkHooks hooks;
+    hooks.force_threshold = true;
+    const SelectOptions o = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, false);
+    SCOPED_TRACE(engine_name(engine));
+    const GpuResult r = run_gpu(prob, o, false, &hooks, engine);
+    EXPECT_EXACT(prob, o, r.out);
+    expect_paths(r, prob, 2048, RowPath::kCertified);
+  }
 }
 
 // All-equal rows, unforced. Sampled kernel: tau is the value, count(> tau)
@@ -435,9 +444,12 @@ TEST(TopkGpu, AllEqualRows) {
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kRelative, true);
-      const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kSampled);
-      EXPECT_EXACT(prob, o, r.out);
-      expect_paths(r, prob, K, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+      for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K}) {
+        SCOPED_TRACE(engine_name(engine));
+        const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
+        EXPECT_EXACT(prob, o, r.out);
+        expect_paths(r, prob, K, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+      }
       const GpuResult resident = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
       EXPECT_EXACT(prob, o, resident.out);
       expect_paths(resident, prob, K, RowPath::kResident);
@@ -463,7 +475,7 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
   TopkHooks hooks;
   hooks.force_threshold = true;
   hooks.forced_threshold_key = score_key(5.0f);
-  for (TopkEngine engine : sampled_engines(K)) {
+  for (TopkEngine engine : sampled_engines(K, len)) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, false);
       SCOPED_TRACE(engine_name(engine));
@@ -481,12 +493,13 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
 // the ties are not counted.
 TEST(TopkGpu, ForcedOneCompareFilter) {
   constexpr std::uint32_t kUncounted = 0xFFFFFFFFu;
-  const auto run = [](const ScoresProblem& prob, int K, float tau, RowPath want, std::uint32_t gt, std::uint32_t eq) {
+  const auto run = [](const ScoresProblem& prob, int K, float tau, RowPath want, std::uint32_t gt, std::uint32_t eq,
+                      const std::vector<TopkEngine>& engines) {
     TopkHooks hooks;
     hooks.force_threshold = true;
     hooks.forced_threshold_key = score_key(tau);
     hooks.forced_tau_tie_free = true;
-    for (TopkEngine engine : sampled_engines(K)) {
+    for (TopkEngine engine : engines) {
       for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
         const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
         SCOPED_TRACE("K=" + std::to_string(K) + " tau=" + std::to_string(tau) + " " + engine_name(engine) +
@@ -508,7 +521,8 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
   });
   const std::int64_t tau_value = (len - 1024) / copies;
   run(quads, 2048, static_cast<float>(tau_value), RowPath::kUnderflow,
-      static_cast<std::uint32_t>(copies * (top_value - tau_value)), static_cast<std::uint32_t>(copies));
+      static_cast<std::uint32_t>(copies * (top_value - tau_value)), static_cast<std::uint32_t>(copies),
+      sampled_engines(2048, len));
   // 1000 distinct large scores and 1500 copies of 5.0: the K-th key is tau
   // (kAny: the tie buffer; smallest-index: its cut, the ties fit the buffer).
   const std::int64_t short_len = 9000;
@@ -516,14 +530,21 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
     const std::int64_t r = (s * 7919 + t * 13) % short_len;
     return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
   });
-  run(tied, 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500);
-  // Every key above tau: certified where the buffer holds the row (6000),
-  // overflow where it does not (20000); the ties are not counted.
-  for (std::int64_t n : {6000, 20000}) {
+  run(tied, 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500, sampled_engines(2048, short_len));
+  // Every key above tau: certified where the buffer holds the row (LongRows
+  // and WideRows 8192, LongRows64K 4096), overflow where it does not; the
+  // ties are not counted.
+  for (std::int64_t n : {3000, 6000, 20000}) {
     const ScoresProblem prob = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, n, 2048, 1);
     for (int K : {512, 2048}) {
-      run(prob, K, -1e30f, n == 6000 ? RowPath::kCertified : RowPath::kOverflow, static_cast<std::uint32_t>(n),
-          kUncounted);
+      for (TopkEngine engine : sampled_engines(K, n)) {
+        static_assert(selection::topk::WideRows::kCandidateCapacity == selection::topk::LongRows::kCandidateCapacity);
+        const std::int64_t capacity = engine == TopkEngine::kSampled64K
+                                          ? selection::topk::LongRows64K::kCandidateCapacity
+                                          : selection::topk::LongRows::kCandidateCapacity;
+        run(prob, K, -1e30f, n <= capacity ? RowPath::kCertified : RowPath::kOverflow,
+            static_cast<std::uint32_t>(n), kUncounted, {engine});
+      }
     }
   }
 }
@@ -537,7 +558,7 @@ TEST(TopkGpu, ConcentratedTopValues) {
     const bool hot = s >= 90000 + t * 1000 && s < 90000 + t * 1000 + 6000;
     return hot ? 1000.0f + static_cast<float>(s % 977) : -static_cast<float>(s % 1009);
   });
-  for (TopkEngine engine : sampled_engines(2048)) {
+  for (TopkEngine engine : sampled_engines(2048, len)) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, true);
       SCOPED_TRACE(engine_name(engine));
@@ -550,7 +571,8 @@ TEST(TopkGpu, ConcentratedTopValues) {
 // ------------------------------------------------------- threshold ---------
 
 // Every geometry keeps the CTAs per SM its shared plan is sized for; the
-// resident kernel refuses rows longer than it holds.
+// resident kernel and the 64K sampled geometry refuse rows longer than they
+// hold.
 TEST(TopkGpu, SharedPlanFitsOccupancy) {
   namespace tk = selection::topk;
   for (int K : kAllK) {
@@ -560,6 +582,9 @@ TEST(TopkGpu, SharedPlanFitsOccupancy) {
     } else {
       EXPECT_EQ(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), -1) << "K=" << K;
     }
+    EXPECT_GE(tk::topk_ctas_per_sm(K, tk::LongRows64K::kMaxLen), tk::LongRows64K::kMinCtasPerSm) << "K=" << K;
+    EXPECT_GE(tk::topk_ctas_per_sm(K, 4096, TopkEngine::kSampled64K), tk::LongRows64K::kMinCtasPerSm) << "K=" << K;
+    EXPECT_EQ(tk::topk_ctas_per_sm(K, tk::LongRows64K::kMaxLen + 1, TopkEngine::kSampled64K), -1) << "K=" << K;
     EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows8K::kMaxLen), tk::ResidentRows8K::kMinCtasPerSm) << "K=" << K;
     EXPECT_GE(tk::topk_ctas_per_sm(K, tk::ResidentRows16K::kMaxLen), tk::ResidentRows16K::kMinCtasPerSm)
         << "K=" << K;
@@ -804,7 +829,7 @@ TEST(TopkGpuLong, MillionKeyRows) {
     spec.N = 1 << 20;
     const ScoresProblem prob = tools::make_scores_problem(spec);
     for (int K : kAllK) {
-      for (TopkEngine engine : sampled_engines(K)) {
+      for (TopkEngine engine : sampled_engines(K, spec.N)) {
         for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
           const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, K == 2048);
           TopkHooks hooks;

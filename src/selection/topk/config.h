@@ -38,6 +38,24 @@ struct LongRows {
   static constexpr int kLoadUnroll = 8;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
+  static constexpr int kMinExpectedInTop = 16;  // e >= 16 at 1M: 8192 samples
+};
+// Launches whose rows are at most kMaxLen (64K) long: LongRows' threads with
+// half its candidate buffer (4096) and samples enough for e >= 128
+// (kMinExpectedInTop; S = 4096 at 64K, K = 2048: a 4-sigma count of ~3.6 K
+// with the bin excess below). A CTA takes ~58 KB of shared memory where
+// LongRows takes ~91 KB, so 2 CTAs leave the SM ~124 KB of L1 instead of
+// ~60: the filter's re-read of each candidate hits L1 more often (19 %
+// of L1 hits at 32K in LongRows; loads that skip L1 measured 29 % slower).
+// Against LongRows: 32K -4 to -8 %, 64K -1 % (docs/perf-log.md "Session 15").
+struct LongRows64K {
+  static constexpr int kThreads = 512;
+  static constexpr int kMinCtasPerSm = 2;
+  static constexpr int kMaxLen = 65536;
+  static constexpr int kLoadUnroll = 8;
+  static constexpr int kCandidateCapacity = 4096;
+  static constexpr int kMaxSamples = 4096;
+  static constexpr int kMinExpectedInTop = 128;
 };
 // Launches of at most one row per SM (T <= the SM count, e.g. decode-sized
 // batches of long rows): one CTA is alone on its SM, the filter's loads in
@@ -52,22 +70,24 @@ struct WideRows {
   static constexpr int kLoadUnroll = 4;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
+  static constexpr int kMinExpectedInTop = 16;
 };
 
 // Repair sweeps over the row (rare paths) load one float4 per round.
 inline constexpr int kRepairLoadUnroll = 1;
 
-// Threshold (model.h step 1): S = min(len, clamp(16 * len / K, 2048,
-// max_samples)) samples and the rank guard in standard deviations (underflow
-// is a ~4-sigma event). e = S*K/len expected samples in the top K sets the
-// spread of the candidate count, ~K * (e + guard * sqrt(e)) / e: the model's
-// fixed S = 4096 leaves e = 8 at K = 2048, len = 1M and a count that can pass
-// the buffer; e >= 16 keeps its 4-sigma value near 3.5 K.
+// Threshold (model.h step 1): S = min(len, clamp(G::kMinExpectedInTop * len
+// / K, 2048, G::kMaxSamples)) samples and the rank guard in standard
+// deviations (underflow is a ~4-sigma event). e = S*K/len expected samples
+// in the top K sets the spread of the candidate count, ~K * (e + guard *
+// sqrt(e)) / e: the model's fixed S = 4096 leaves e = 8 at K = 2048, len = 1M
+// and a count that can pass the buffer; e >= 16 keeps its 4-sigma value
+// near 7.2 K (LongRows' 8192 entries), e >= 128 near 3.6 K (LongRows64K's
+// 4096).
 inline constexpr int kMinSamples = 2048;
 // Samples are read kSampleGroup neighbours at a time (one 32-byte sector:
 // any tau is exact, and scores without positional structure lose nothing).
 inline constexpr int kSampleGroup = 8;
-inline constexpr int kMinExpectedInTop = 16;
 inline constexpr double kGuard = 4.0;
 
 // The threshold histogram: kThresholdBins linear bins over the samples' key

@@ -71,15 +71,22 @@ Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
 // Rows are at most num_cols long (known on the host without reading
 // ks/ke). Up to kResidentMaxLen the row fits shared memory: the resident
 // kernel, the geometry with the most rows per SM that holds it; longer rows
-// (or a pinned kSampled) take the sampled kernel, at 1024 threads a row
-// when the launch has at most one row per SM (then each CTA is alone on
-// its SM and more threads keep more of the row in flight).
+// (or a pinned sampled engine) take the sampled kernel, at 1024 threads a
+// row when the launch has at most one row per SM (then each CTA is alone on
+// its SM and more threads keep more of the row in flight), else with
+// LongRows64K's smaller buffers up to 64K (more of the SM left to L1) and
+// LongRows beyond.
 template <int K>
 Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
   constexpr bool kWideFits = K % WideRows::kThreads == 0;
   if (engine == TopkEngine::kResident && num_cols > kResidentMaxLen) {
     return {StatusCode::kInvalidArgument, "topk: the resident kernel takes rows of at most " +
                                               std::to_string(kResidentMaxLen) + " keys (num_cols " +
+                                              std::to_string(num_cols) + ")"};
+  }
+  if (engine == TopkEngine::kSampled64K && num_cols > LongRows64K::kMaxLen) {
+    return {StatusCode::kInvalidArgument, "topk: the 64K sampled geometry takes rows of at most " +
+                                              std::to_string(LongRows64K::kMaxLen) + " keys (num_cols " +
                                               std::to_string(num_cols) + ")"};
   }
   if (engine == TopkEngine::kSampledWide && !kWideFits) {
@@ -90,7 +97,8 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   DeviceLimits limits;
   const Status st = LaunchCache::get().current(&device, &limits);
   if (!st.ok()) return st;
-  const bool sampled = engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide;
+  const bool sampled =
+      engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide || engine == TopkEngine::kSampled64K;
   if (!sampled && num_cols <= kResidentMaxLen) {
     return num_cols <= ResidentRows8K::kMaxLen ? prepare_resident<K, ResidentRows8K>(device, limits, out)
                                                : prepare_resident<K, ResidentRows16K>(device, limits, out);
@@ -98,6 +106,9 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   if constexpr (kWideFits) {
     const bool wide = engine == TopkEngine::kSampledWide || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count);
     if (wide) return prepare_sampled<K, WideRows>(device, limits, out);
+  }
+  if (engine == TopkEngine::kSampled64K || (engine == TopkEngine::kAuto && num_cols <= LongRows64K::kMaxLen)) {
+    return prepare_sampled<K, LongRows64K>(device, limits, out);
   }
   return prepare_sampled<K, LongRows>(device, limits, out);
 }
@@ -132,7 +143,9 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.row_mask};
   Instance inst{};
   TopkEngine engine = hooks.engine;
-  if (hooks.force_threshold && engine != TopkEngine::kSampledWide) engine = TopkEngine::kSampled;
+  if (hooks.force_threshold && engine != TopkEngine::kSampledWide && engine != TopkEngine::kSampled64K) {
+    engine = TopkEngine::kSampled;
+  }
   const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
   if (!st.ok()) return st;
   void* args[] = {const_cast<KernelParams*>(&kp)};

@@ -27,9 +27,12 @@ enum class RowPath : std::uint32_t {
 // Which kernel runs the rows (TopkHooks::engine).
 enum class TopkEngine {
   kAuto,         // the resident kernel for num_cols <= kResidentMaxLen, else
-                 //   sampled: wide when num_rows <= the SM count and K >= 1024
+                 //   sampled: wide when num_rows <= the SM count and K >= 1024,
+                 //   LongRows64K up to its kMaxLen, LongRows beyond
   kSampled,      // the sampled-threshold kernel (topk_kernel.cuh) at any length,
                  //   512 threads a row (LongRows)
+  kSampled64K,   // the sampled kernel with LongRows64K's smaller buffers;
+                 //   num_cols must be <= LongRows64K::kMaxLen
   kSampledWide,  // the sampled kernel at 1024 threads a row (WideRows); K >= 1024
   kResident,     // the resident kernel; num_cols must be <= kResidentMaxLen
 };

@@ -126,11 +126,11 @@ class RowSelect {
   static constexpr std::uint32_t kMaxKey = std::numeric_limits<std::uint32_t>::max();
   static constexpr std::uint32_t kUncounted = std::numeric_limits<std::uint32_t>::max();  // RowTrace::count_eq
 
-  // S: enough samples that e = S*K/len >= kMinExpectedInTop (then the
+  // S: enough samples that e = S*K/len >= G::kMinExpectedInTop (then the
   // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
   // buffer), within [kMinSamples, G::kMaxSamples], and at most len.
   __device__ static std::int32_t sample_count(std::int32_t len) {
-    const std::int64_t wanted = static_cast<std::int64_t>(kMinExpectedInTop) * len / K;
+    const std::int64_t wanted = static_cast<std::int64_t>(G::kMinExpectedInTop) * len / K;
     const auto clamped = static_cast<std::int32_t>(wanted < kMinSamples     ? kMinSamples
                                                    : wanted > G::kMaxSamples ? G::kMaxSamples
                                                                             : wanted);
