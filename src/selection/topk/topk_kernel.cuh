@@ -147,14 +147,14 @@ class RowSelect {
   // result.
   __device__ typename Cfg::BinPick pick_sample_bin(const KeyWindow& w, std::int32_t s, std::uint32_t rank) {
     auto& th = sh_.phase.threshold;
-    for (std::int32_t base = 0; base < s; base += G::kThreads) {
-      const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
-      const std::uint32_t key = i < s ? th.sample_keys[i] : 0u;
-      // A plain atomic (ATOMS.POPC.INC), as in every other histogram: the
-      // merged form (__match_any_sync per round, one atomic per distinct
-      // bin) held this pass ~5 K cycles a row and cost 32K rows 4-10 %
-      // (docs/perf-log.md "Session 15").
-      if (i < s && w.holds(key)) atomicAdd(&th.histogram[w.bin(key)], 1u);
+    // A plain atomic (ATOMS.POPC.INC), as in every other histogram: the
+    // merged form (__match_any_sync per round, one atomic per distinct bin)
+    // held this pass ~5 K cycles a row and cost 32K rows 4-10 %
+    // (docs/perf-log.md "Session 15"). No warp collective, so the loop needs
+    // no block-uniform trip count.
+    for (std::int32_t i = threadIdx.x; i < s; i += G::kThreads) {
+      const std::uint32_t key = th.sample_keys[i];
+      if (w.holds(key)) atomicAdd(&th.histogram[w.bin(key)], 1u);
     }
     __syncthreads();
     std::uint32_t in_window = 0;  // >= rank (the caller's rank is inside w)
