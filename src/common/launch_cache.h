@@ -21,6 +21,7 @@ struct DeviceLimits {
   int sm_count = 0;
   int smem_per_sm = 0;         // bytes of shared memory an SM has
   int reserved_per_block = 0;  // bytes the runtime reserves per CTA
+  int l2_bytes = 0;            // bytes of L2
 };
 
 class LaunchCache {
@@ -43,6 +44,7 @@ class LaunchCache {
     err = cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, *device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, *device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, *device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l.l2_bytes, cudaDevAttrL2CacheSize, *device);
     if (err != cudaSuccess) return error(err, "reading the device's attributes");
     limits_.emplace(*device, l);
     *out = l;

@@ -18,6 +18,7 @@
 
 #include "common/keys.h"
 #include "common/row_range.cuh"
+#include "common/sm90/prefetch.cuh"
 #include "selection/device/candidates.cuh"
 #include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
@@ -42,6 +43,7 @@ struct KernelParams {
   bool forced_tau_tie_free;     // TopkHooks
   RowTrace* trace;              // [T] or null
   const std::uint32_t* row_mask;  // [T] or null: rows with 0 are skipped
+  std::uint32_t prefetch_bytes;   // of its row's start a sampled CTA prefetches into L2 (a multiple of 16; topk.cu)
 };
 
 // The work of one CTA on one row (geometry G, config.h). Item sets (candidates, ties, row ranges) are
@@ -58,6 +60,7 @@ class RowSelect {
 
   // Rows with len > K: leaves the K winners in sh.out and returns the trace.
   __device__ RowTrace select() {
+    prefetch_row();
     RowTrace trace{};
     bool tie_free = false;
     const std::uint32_t tau = threshold(trace, tie_free);
@@ -108,6 +111,17 @@ class RowSelect {
       trace.kth_key = select_and_emit(row_items(0, tau - 1), K - count_gt - count_eq);
     }
     return trace;
+  }
+
+  // Thread 0 starts one bulk L2 prefetch of the row's first
+  // p.prefetch_bytes (its whole 16-byte units): the copy engine fetches
+  // them from DRAM while the CTA takes its samples and threshold, and the
+  // filter's loads then hit L2 (docs/perf-log.md "Session 16").
+  __device__ void prefetch_row() const {
+    if (threadIdx.x != 0) return;
+    const auto begin = (reinterpret_cast<std::uintptr_t>(row_) + 15) & ~std::uintptr_t{15};
+    const auto body_end = reinterpret_cast<std::uintptr_t>(row_ + len_) & ~std::uintptr_t{15};
+    sm90::prefetch_l2_bulk(begin, body_end < begin + p_.prefetch_bytes ? body_end : begin + p_.prefetch_bytes);
   }
 
   // Rows with len <= K: every position, then padding.
