@@ -10,6 +10,7 @@
 
 #include "common/launch_cache.h"
 #include "selection/topk/config.h"
+#include "selection/topk/launch_plan.h"
 #include "selection/topk/resident_kernel.cuh"
 #include "selection/topk/topk_kernel.cuh"
 
@@ -29,21 +30,6 @@ struct Instance {
   int ctas_on_device;  // SMs x CTAs an SM
   int l2_bytes;
 };
-
-// The sampled kernel's CTAs prefetch the start of their rows into L2 (the
-// filter then reads it from there, after the samples and the threshold):
-// the rows in flight share a third of L2. Measured on the H200 (50 MB L2,
-// docs/perf-log.md "Session 16"): a budget of 16 MB sped 4096 x 32K / 64K /
-// 128K 4 / 6 / 3 %; 32 MB gained the same at 32K-128K, 64 MB lost 10-16 %
-// at 64K-128K (lines evicted before their CTA read them).
-constexpr int kPrefetchShareOfL2 = 3;
-
-// Bytes of its row each CTA prefetches (a multiple of 16).
-std::uint32_t row_prefetch_bytes(std::int64_t num_rows, const Instance& inst) {
-  const std::int64_t in_flight = std::max<std::int64_t>(1, std::min<std::int64_t>(num_rows, inst.ctas_on_device));
-  const std::int64_t bytes = std::min<std::int64_t>(inst.l2_bytes / kPrefetchShareOfL2 / in_flight, 1 << 30);
-  return static_cast<std::uint32_t>(bytes & ~std::int64_t{15});
-}
 
 // Sets the kernel's dynamic shared-memory size and the least carveout that
 // keeps min_ctas_per_sm CTAs resident (the rest of the SM's 256 KB stays
@@ -167,7 +153,7 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
   }
   const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
   if (!st.ok()) return st;
-  kp.prefetch_bytes = row_prefetch_bytes(params.num_rows, inst);
+  kp.prefetch_bytes = row_prefetch_bytes(params.num_rows, inst.ctas_on_device, inst.l2_bytes);
   void* args[] = {const_cast<KernelParams*>(&kp)};
   const cudaError_t err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)),
                                            dim3(inst.threads), args, inst.smem_bytes, stream);

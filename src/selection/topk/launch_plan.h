@@ -1,0 +1,29 @@
+// Host-side launch arithmetic of the standalone top-k, kept apart from the
+// launcher so that CPU tests can check it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace dsa::selection::topk {
+
+// The sampled kernel's CTAs prefetch the start of their rows into L2 (the
+// filter then reads it from there, after the samples and the threshold):
+// the rows in flight share a third of L2. Measured on the H200 (60 MiB L2,
+// docs/perf-log.md "Session 16"): fixed budgets of 16 and 32 MB sped 4096 x
+// 32K / 64K / 128K by 3-6 %, 64 MB lost 10-16 % at 64K-128K (lines evicted
+// before their CTA read them).
+inline constexpr int kPrefetchShareOfL2 = 3;
+
+// Bytes of its row each CTA prefetches: a multiple of 16 (the bulk
+// prefetch's unit), 0 when the L2 size is unknown (0). Rows in flight: the
+// launch's rows, at most the CTAs resident at once (ctas_on_device).
+constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t ctas_on_device,
+                                           std::int64_t l2_bytes) {
+  const std::int64_t in_flight = std::max<std::int64_t>(1, std::min(num_rows, ctas_on_device));
+  const std::int64_t bytes = std::min<std::int64_t>(std::max<std::int64_t>(l2_bytes, 0) / kPrefetchShareOfL2 / in_flight,
+                                                    std::int64_t{1} << 30);
+  return static_cast<std::uint32_t>(bytes & ~std::int64_t{15});
+}
+
+}  // namespace dsa::selection::topk

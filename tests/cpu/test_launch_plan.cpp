@@ -1,0 +1,46 @@
+// The standalone top-k's host-side launch arithmetic
+// (selection/topk/launch_plan.h).
+#include "selection/topk/launch_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace dsa::selection::topk {
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+// The H200 (60 MiB of L2, 132 SMs): the rows in flight share a third of L2,
+// in whole 16-byte units.
+TEST(LaunchPlan, RowPrefetchSharesAThirdOfL2) {
+  const std::int64_t l2 = 60 * kMiB, share = l2 / 3;
+  // 4096 rows, 264 resident CTAs (2 an SM): 264 rows in flight.
+  EXPECT_EQ(row_prefetch_bytes(4096, 264, l2), static_cast<std::uint32_t>(share / 264 / 16 * 16));
+  // Fewer rows than resident CTAs: each row gets a larger piece.
+  EXPECT_EQ(row_prefetch_bytes(64, 132, l2), static_cast<std::uint32_t>(share / 64 / 16 * 16));
+  EXPECT_EQ(row_prefetch_bytes(1, 132, l2), static_cast<std::uint32_t>(share / 16 * 16));
+  for (std::int64_t rows : {1, 2, 63, 64, 131, 132, 133, 264, 265, 511, 512, 4096, 1 << 20}) {
+    for (std::int64_t ctas : {132, 264, 528}) {
+      const std::uint32_t bytes = row_prefetch_bytes(rows, ctas, l2);
+      EXPECT_EQ(bytes % 16, 0u) << rows << " rows, " << ctas << " CTAs";
+      const std::int64_t in_flight = rows < ctas ? rows : ctas;
+      EXPECT_LE(static_cast<std::int64_t>(bytes) * in_flight, share) << rows << " rows, " << ctas << " CTAs";
+      EXPECT_GT(static_cast<std::int64_t>(bytes + 16) * in_flight, share) << rows << " rows, " << ctas << " CTAs";
+    }
+  }
+}
+
+// No L2 size (an attribute the device did not report), no rows, and an L2
+// far larger than any row: no prefetch, one row in flight, and a cap that
+// keeps the byte count inside the bulk prefetch's 32-bit size.
+TEST(LaunchPlan, RowPrefetchEdges) {
+  EXPECT_EQ(row_prefetch_bytes(4096, 264, 0), 0u);
+  EXPECT_EQ(row_prefetch_bytes(4096, 264, -1), 0u);
+  EXPECT_EQ(row_prefetch_bytes(0, 264, 48), 16u);  // 48 / 3 = 16 bytes for the one row
+  EXPECT_EQ(row_prefetch_bytes(1, 264, 47), 0u);   // 15 bytes: no whole unit
+  EXPECT_EQ(row_prefetch_bytes(1, 1, std::int64_t{1} << 40), std::uint32_t{1} << 30);
+}
+
+}  // namespace
+}  // namespace dsa::selection::topk
