@@ -146,6 +146,7 @@ struct Row {
   // CUDA indexer only, same inputs in the same run (0 = not measured):
   double unfused_ms = 0;  // indexer_scores + topk
   double math_ms = 0;     // the fused kernel's math-only control
+  std::string route = "";  // the operator's route: "fused" (its stages) or "staged" (batches + standalone top-k)
 };
 
 bool is_topk(const Row& r) { return r.op == "topk"; }
@@ -178,12 +179,14 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   const bool fused = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.unfused_ms > 0; });
   if (fused) {
     std::printf("\nindexer on cuda: ms = fused operator (every stage); unfused = indexer_scores + topk; "
-                "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection)\n");
+                "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection);\n"
+                "route: the operator's route by shape (staged: rows scored in bounded batches, then the standalone "
+                "top-k; sel is then ms less the fused kernel's matrix work)\n");
   }
   std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
               "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit", "%ceil");
   if (baselines) std::printf(" %9s %7s", "CUB ms", "xCUB");
-  if (fused) std::printf(" %10s %6s %9s %9s", "unfused ms", "xunf", "math ms", "sel ms");
+  if (fused) std::printf(" %10s %6s %9s %9s %-6s", "unfused ms", "xunf", "math ms", "sel ms", "route");
   std::printf("  result\n");
   for (const Row& r : rows) {
     const bool timed = r.ms > 0;
@@ -206,6 +209,7 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
                   both ? fmt("%.2f", r.unfused_ms / r.ms).c_str() : "-",
                   r.math_ms > 0 ? fmt("%.3f", r.math_ms).c_str() : "-",
                   math ? fmt("%.3f", r.ms - r.math_ms).c_str() : "-");
+      std::printf(" %-6s", r.route.empty() ? "-" : r.route.c_str());
     }
     std::printf("  %s\n", r.result.c_str());
   }
@@ -232,6 +236,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
       row["pct_fp8_ceiling"] = percent_of_ceiling(r, &ceilings);
       row["math_only_ms"] = r.math_ms;
       row["exposed_selection_ms"] = r.ms - r.math_ms;
+      row["route"] = r.route;
     }
     j["rows"].push_back(row);
   }
@@ -420,6 +425,7 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
   row.ms = median(cmp.fused_ms);
   row.unfused_ms = median(cmp.unfused_ms);
   row.math_ms = median(cmp.math_ms);
+  row.route = cmp.staged ? "staged" : "fused";
   if (!check) {
     row.result = "not verified";
     return row;

@@ -190,6 +190,7 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   }
   IndexerTopkParams p = prob.params(fused_indices.as<std::int32_t>(), fused_values.as<float>(), options);
   static_cast<IndexerInputs&>(p) = inputs.bind(p);
+  out->staged = fused::staged_by_shape(p.num_queries, p.num_keys);
 
   // The fused operator, through the public API.
   Workspace workspace;

@@ -25,6 +25,7 @@ struct IndexerComparison {
   tools::TopkOutput fused, unfused;  // the last result of each
   std::vector<float> scores;         // [T, N] unfused scores, when asked for
   std::vector<double> fused_ms, unfused_ms, math_ms;
+  bool staged = false;  // the operator took the staged route (fused::staged_by_shape), not the fused stages
 };
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
                                  int reps, bool keep_scores, IndexerComparison* out);
