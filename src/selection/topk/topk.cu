@@ -130,7 +130,14 @@ Status prepare_for(int k, std::int64_t num_rows, std::int64_t num_cols, TopkEngi
 
 Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHooks& hooks) {
   if (params.num_rows == 0) return Status::Ok();
-  KernelParams kp{params.scores,
+  Instance inst{};
+  TopkEngine engine = hooks.engine;
+  if (hooks.force_threshold && engine != TopkEngine::kSampledWide && engine != TopkEngine::kSampled64K) {
+    engine = TopkEngine::kSampled;
+  }
+  const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
+  if (!st.ok()) return st;
+  const KernelParams kp{params.scores,
                         params.score_stride,
                         params.ks,
                         params.ke,
@@ -145,15 +152,7 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.forced_tau_tie_free,
                         hooks.trace,
                         hooks.row_mask,
-                        0};
-  Instance inst{};
-  TopkEngine engine = hooks.engine;
-  if (hooks.force_threshold && engine != TopkEngine::kSampledWide && engine != TopkEngine::kSampled64K) {
-    engine = TopkEngine::kSampled;
-  }
-  const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
-  if (!st.ok()) return st;
-  kp.prefetch_bytes = row_prefetch_bytes(params.num_rows, inst.ctas_on_device, inst.l2_bytes);
+                        row_prefetch_bytes(params.num_rows, inst.ctas_on_device, inst.l2_bytes)};
   void* args[] = {const_cast<KernelParams*>(&kp)};
   const cudaError_t err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)),
                                            dim3(inst.threads), args, inst.smem_bytes, stream);
