@@ -45,6 +45,15 @@ std::vector<TopkEngine> sampled_engines(int K, std::int64_t num_cols) {
   if (K % selection::topk::WideRows::kThreads == 0) e.push_back(TopkEngine::kSampledWide);
   return e;
 }
+// The candidate buffer of a sampled engine's geometry.
+std::int64_t candidate_capacity(TopkEngine e) {
+  namespace tk = selection::topk;
+  switch (e) {
+    case TopkEngine::kSampled64K: return tk::LongRows64K::kCandidateCapacity;
+    case TopkEngine::kSampledWide: return tk::WideRows::kCandidateCapacity;
+    default: return tk::LongRows::kCandidateCapacity;
+  }
+}
 // Rows of at most kResidentMaxLen keys can run on every kernel and
 // geometry: coverage tests on such rows run each.
 std::vector<TopkEngine> all_engines(int K) {
@@ -413,13 +422,11 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
 // 8192, LongRows64K 4096): every key is a candidate and the certificate
 // holds.
 TEST(TopkGpu, ForcedAllPassFitsBuffer) {
-  for (const auto& [engine, capacity] : {std::pair{TopkEngine::kSampled, selection::topk::LongRows::kCandidateCapacity},
-                                         std::pair{TopkEngine::kSampled64K,
-                                                   selection::topk::LongRows64K::kCandidateCapacity}}) {
+  for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K}) {
     tools::ProblemSpec spec;
     spec.layout = Layout::kFull;
     spec.T = 4;
-    spec.N = capacity - 96;
+    spec.N = candidate_capacity(engine) - 96;
     const ScoresProblem prob = tools::make_scores_problem(spec);
     TopkHooks hooks;
     hooks.force_threshold = true;
@@ -538,11 +545,7 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
     const ScoresProblem prob = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, n, 2048, 1);
     for (int K : {512, 2048}) {
       for (TopkEngine engine : sampled_engines(K, n)) {
-        static_assert(selection::topk::WideRows::kCandidateCapacity == selection::topk::LongRows::kCandidateCapacity);
-        const std::int64_t capacity = engine == TopkEngine::kSampled64K
-                                          ? selection::topk::LongRows64K::kCandidateCapacity
-                                          : selection::topk::LongRows::kCandidateCapacity;
-        run(prob, K, -1e30f, n <= capacity ? RowPath::kCertified : RowPath::kOverflow,
+        run(prob, K, -1e30f, n <= candidate_capacity(engine) ? RowPath::kCertified : RowPath::kOverflow,
             static_cast<std::uint32_t>(n), kUncounted, {engine});
       }
     }
