@@ -269,6 +269,59 @@ TEST(TopkGpu, UnalignedHeadsAndTails) {
   }
 }
 
+// Scores in managed memory, written by the host (its pages start on the
+// host), which validation accepts for the CUDA backend: every kernel reads
+// them, and the sampled kernel's bulk L2 prefetch of a row's start must be
+// a harmless hint there too. Rows of 9000 keys (the resident kernel) and
+// 40000 (the sampled geometries), through the public call and each engine.
+TEST(TopkGpu, ManagedMemoryScores) {
+  const int K = 2048;
+  for (std::int64_t len : {9000, 40000}) {
+    const ScoresProblem prob = custom_problem(6, len, [len](std::int64_t t, std::int64_t s) { return scrambled(t, s, len); });
+    float* scores = nullptr;
+    ASSERT_EQ(cudaMallocManaged(&scores, prob.scores.size() * sizeof(float)), cudaSuccess);
+    std::memcpy(scores, prob.scores.data(), prob.scores.size() * sizeof(float));
+    DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size());
+    ks.upload(prob.ks);
+    ke.upload(prob.ke);
+    std::vector<TopkEngine> engines = sampled_engines(K, len);
+    if (len <= selection::topk::kResidentMaxLen) engines.push_back(TopkEngine::kResident);
+    engines.push_back(TopkEngine::kAuto);  // the public call
+    for (TopkEngine engine : engines) {
+      SCOPED_TRACE("len " + std::to_string(len) + ", " + engine_name(engine));
+      const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+      const std::size_t out_elems = static_cast<std::size_t>(prob.T) * K;
+      DeviceArray<std::int32_t> indices(out_elems);
+      DeviceArray<float> values(out_elems);
+      indices.poison();
+      values.poison();
+      TopkParams p = prob.params(indices.get(), values.get(), o);
+      p.scores = scores;
+      p.ks = ks.get();
+      p.ke = ke.get();
+      Status st;
+      if (engine == TopkEngine::kAuto) {
+        ExecutionContext ctx;
+        ctx.backend = Backend::kCuda;
+        st = topk(p, ctx);
+      } else {
+        TopkHooks h;
+        h.engine = engine;
+        st = selection::topk::launch_topk(p, nullptr, h);
+      }
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      tools::TopkOutput out;
+      out.T = prob.T;
+      out.K = K;
+      out.indices = indices.download();
+      out.values = values.download();
+      EXPECT_EXACT(prob, o, out);
+    }
+    EXPECT_EQ(cudaFree(scores), cudaSuccess);
+  }
+}
+
 // NaN ranks as -inf, -0 equals +0, infinities; values keep the scores' bits.
 TEST(TopkGpu, NonFiniteAndSignedZeroScores) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
