@@ -41,8 +41,11 @@ enum class FusedPath : std::uint32_t {
 // unfused pipeline measured faster than the fused stages up to 32K (4096 x
 // 8K 0.553 against 0.858 ms, 16K 1.149 against 1.416, 32K 2.414 against
 // 2.508) and slower from 64K (4.855 against 4.662): docs/perf-log.md,
-// "Session 5".
-inline constexpr std::int64_t kStagedMaxKeys = 32768;
+// "Session 5". With session 16's top-k the staged route beat the fused one
+// at 4096 x 64K (4.17 against 4.53 ms) and 128K (8.68-8.89 against 8.96):
+// "Session 16". At 4096 x 256K the fused route measured faster (staged
+// 1.045x its time, "Session 17"), so longer rows keep the fused route.
+inline constexpr std::int64_t kStagedMaxKeys = 131072;
 
 // The route FusedHooks::Route::kByShape takes: staged when num_keys <=
 // kStagedMaxKeys, or when every row's scores fit one batch of the staged

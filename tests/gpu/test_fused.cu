@@ -412,12 +412,12 @@ TEST(FusedGpu, SmallIntegerAgainstCpuReference) {
 
 // The route by shape: keys up to kStagedMaxKeys staged; one more key
 // staged while every row fits one batch of the staged buffer (T = 40), fused
-// past it (T = 2100: 2100 x 32772 floats > 256 MB); the trace says which.
+// past it (T = 600: 600 x 131076 floats > 256 MB); the trace says which.
 // The staged route pinned at a longer N; every answer the unfused one.
 TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
   const int K = 2048;
   const std::int64_t past = fused::kStagedMaxKeys + 1;
-  for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{40, fused::kStagedMaxKeys}, {40, past}, {2100, past}}) {
+  for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{40, fused::kStagedMaxKeys}, {40, past}, {600, past}}) {
     const bool want_staged = fused::staged_by_shape(T, N);
     EXPECT_EQ(want_staged, T == 40) << "T=" << T << " N=" << N;  // the rule itself
     const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, T, N, K, 64, 0, 21);
