@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -700,6 +701,52 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
     const GpuResult r = run_gpu(tied, o, true, &hooks);
     EXPECT_EXACT(tied, o, r.out);
     expect_paths(r, tied, 2048, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+  }
+}
+
+// The certified rows' select over the candidates ends in one of four ways
+// (RowSelect::select_candidates): the K-th key's bin taken whole, its bin
+// ranked by one warp (at most kResolveCapacity keys, ties among them), a
+// one-key bin with more ties than that, or a narrower window first. Rows of
+// 1500 large scores spread wide, then a cluster of `distinct` adjacent
+// floats with `copies` copies each (the first window's bins are too wide to
+// split it), then distinct small scores: the K-th key lies in the cluster
+// at K = 2048, in the spread at K = 512 and 1024. Every row certified, its
+// trace's kth_key the row's own K-th largest key.
+TEST(TopkGpu, CandidateSelectEveryEnding) {
+  const std::int64_t len = 40000;
+  const std::uint32_t base = score_key(50.0f);
+  struct Cluster {
+    std::int64_t distinct, copies;
+  };
+  // 100 x 15: the K-th key's one-key bin holds 15 (resolved by a warp);
+  // 20 x 100: 100 ties (the tie path); 1500 x 1: a window of 1500 keys.
+  for (const Cluster c : {Cluster{100, 15}, Cluster{20, 100}, Cluster{1500, 1}}) {
+    const std::int64_t clustered = c.distinct * c.copies;
+    const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+      const std::int64_t r = (s * 7919 + t * 13) % len;  // 7919 is prime to len
+      if (r < 1500) return 1000.0f + 10.0f * static_cast<float>(r);
+      if (r < 1500 + clustered) return key_score(base + static_cast<std::uint32_t>((r - 1500) % c.distinct));
+      return -static_cast<float>(r);
+    });
+    for (int K : kAllK) {
+      for (TopkEngine engine : sampled_engines(K, len)) {
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+          SCOPED_TRACE(std::to_string(c.distinct) + " x " + std::to_string(c.copies) + " K=" + std::to_string(K) +
+                       " " + engine_name(engine) + (ties == TieBreak::kAny ? " any" : " deterministic"));
+          const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
+          EXPECT_EXACT(prob, o, r.out);
+          expect_paths(r, prob, K, RowPath::kCertified);
+          for (std::int64_t t = 0; t < prob.T; ++t) {
+            std::vector<std::uint32_t> keys;
+            for (std::int64_t i = 0; i < len; ++i) keys.push_back(score_key(prob.scores[t * prob.stride + i]));
+            std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
+            EXPECT_EQ(r.trace[t].kth_key, keys[K - 1]) << "row " << t;
+          }
+        }
+      }
+    }
   }
 }
 
