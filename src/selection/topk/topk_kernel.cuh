@@ -357,11 +357,10 @@ class RowSelect {
     }
   }
 
-  // Emits every item with key >= bottom; returns the least of them (every thread). Ends with a barrier.
+  // Emits every item with key >= bottom; returns the least of them (every
+  // thread; sh.radix.least is ~0 from the kernel's start). Ends with a barrier.
   template <class Items>
   __device__ std::uint32_t emit_at_least(const Items& items, std::uint32_t bottom) {
-    if (threadIdx.x == 0) sh_.radix.least = kMaxKey;
-    __syncthreads();
     std::uint32_t least = kMaxKey;
     emit_if(items, [&](std::uint32_t key, std::int32_t) {
       const bool take = key >= bottom;
@@ -495,6 +494,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = sh.resolve_count = 0;
+    sh.radix.least = 0xFFFFFFFFu;  // RowSelect::emit_at_least
   }
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
