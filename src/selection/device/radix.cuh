@@ -32,7 +32,11 @@ struct RadixShared {
   std::uint32_t prefix;  // digits of the k-th key fixed so far (broadcast)
   std::uint32_t rank;    // its rank among the keys sharing `prefix` (broadcast)
   std::uint32_t whole;   // 1: the top k take the chosen bin whole (broadcast)
-  std::uint32_t least;   // the least key emitted (Emitter, after a whole-bin stop)
+  // The least key emitted (Emitter, after a whole-bin stop): written while
+  // other threads may still read the broadcasts, so it keeps its own 16
+  // bytes (racecheck reported stores to it against reads of the fields
+  // beside it once a shared plan moved it off a 16-byte boundary).
+  alignas(16) std::uint32_t least;
 };
 
 __device__ __forceinline__ unsigned lane_id() { return threadIdx.x % kWarpSize; }
@@ -322,9 +326,9 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
   const int start = (31 - __clz(static_cast<int>(diff))) / kRadixBits * kRadixBits;
   std::uint32_t fixed = start + kRadixBits >= kKeyBits ? 0u : ~((1u << (start + kRadixBits)) - 1u);
   std::uint32_t prefix = hi & fixed, rank = k;
+  if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;  // before the first pass's barrier
   for (int shift = start; shift >= 0; shift -= kRadixBits) {
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.histogram[b] = 0;
-    if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;
     __syncthreads();
     for_each_key([&](std::uint32_t key, bool present) {
       // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than merging
