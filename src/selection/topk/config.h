@@ -106,8 +106,11 @@ inline constexpr double kMaxBinExcess = 0.125;
 // bins over a KeyWindow, the first over [tau + 1, greatest], each later one
 // over the bin before, until the bin holding the K-th key is taken whole,
 // is one key, or holds at most kResolveCapacity keys, which one warp then
-// ranks. EXPERIMENT: replaces 2-3 radix passes of 256 bins and a separate
-// emission pass.
+// ranks while the same visit emits the keys above the bin. It replaced 2-3
+// radix passes of 256 bins (3 barriers each) and a separate emission
+// visit: 4096 x 32K -8 %, 64K -3 %, 128K -2 % (docs/perf-log.md
+// "Session 17"). 2048 bins over a window of ~2^24 keys leave the K-th
+// key's bin a handful of keys on model-like rows.
 inline constexpr int kSelectBinBits = 11;
 inline constexpr int kSelectBins = 1 << kSelectBinBits;
 inline constexpr int kResolveCapacity = 2 * device::kWarpSize;  // two entries a lane of the resolving warp
@@ -124,7 +127,7 @@ struct Config {
   using BlockSort = cub::BlockRadixSort<std::uint64_t, G::kThreads, kSlotsPerThread>;
   using BinScan = cub::BlockScan<std::uint32_t, G::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
-  using BinPick = device::BinPick;  // the threshold bin of the wanted sample rank
+  using BinPick = device::BinPick;  // the threshold's (and the candidates' select's) bin of a wanted rank
   static constexpr int kWarps = G::kThreads / device::kWarpSize;
   static_assert(kSelectBins % (device::kWarpSize * kWarps) == 0, "each warp owns whole rows of 32 select bins");
   static constexpr int kSelectRows = kSelectBins / (device::kWarpSize * kWarps);  // rows of 32 bins a warp owns
