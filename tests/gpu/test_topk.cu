@@ -89,21 +89,24 @@ struct GpuResult {
 
 // Runs the problem on the GPU: through the public dsa::topk when `hooks` is
 // null and the engine is kAuto, else through the launcher with the hooks
-// (if any), the engine (unless kAuto) and a trace.
+// (if any), the engine (unless kAuto) and a trace. The scores are uploaded
+// unless the caller passes them (`scores_in`: prob.scores' copy in memory
+// the device reads, e.g. managed memory).
 GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool want_values,
-                  const TopkHooks* hooks = nullptr, TopkEngine engine = TopkEngine::kAuto) {
+                  const TopkHooks* hooks = nullptr, TopkEngine engine = TopkEngine::kAuto,
+                  const float* scores_in = nullptr) {
   const bool via_launcher = hooks != nullptr || engine != TopkEngine::kAuto;
   const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
-  DeviceArray<float> scores(prob.scores.size()), values(want_values ? out_elems : 0);
+  DeviceArray<float> scores(scores_in != nullptr ? 0 : prob.scores.size()), values(want_values ? out_elems : 0);
   DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(out_elems);
   DeviceArray<RowTrace> trace(via_launcher ? prob.T : 0);
-  scores.upload(prob.scores);
+  if (scores_in == nullptr) scores.upload(prob.scores);
   ks.upload(prob.ks);
   ke.upload(prob.ke);
   indices.poison();
   if (want_values) values.poison();
   TopkParams p = prob.params(indices.get(), values.get(), options);
-  p.scores = scores.get();
+  p.scores = scores_in != nullptr ? scores_in : scores.get();
   p.ks = ks.get();
   p.ke = ke.get();
   Status st;
@@ -282,42 +285,13 @@ TEST(TopkGpu, ManagedMemoryScores) {
     float* scores = nullptr;
     ASSERT_EQ(cudaMallocManaged(&scores, prob.scores.size() * sizeof(float)), cudaSuccess);
     std::memcpy(scores, prob.scores.data(), prob.scores.size() * sizeof(float));
-    DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size());
-    ks.upload(prob.ks);
-    ke.upload(prob.ke);
     std::vector<TopkEngine> engines = sampled_engines(K, len);
     if (len <= selection::topk::kResidentMaxLen) engines.push_back(TopkEngine::kResident);
     engines.push_back(TopkEngine::kAuto);  // the public call
+    const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
     for (TopkEngine engine : engines) {
       SCOPED_TRACE("len " + std::to_string(len) + ", " + engine_name(engine));
-      const SelectOptions o = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
-      const std::size_t out_elems = static_cast<std::size_t>(prob.T) * K;
-      DeviceArray<std::int32_t> indices(out_elems);
-      DeviceArray<float> values(out_elems);
-      indices.poison();
-      values.poison();
-      TopkParams p = prob.params(indices.get(), values.get(), o);
-      p.scores = scores;
-      p.ks = ks.get();
-      p.ke = ke.get();
-      Status st;
-      if (engine == TopkEngine::kAuto) {
-        ExecutionContext ctx;
-        ctx.backend = Backend::kCuda;
-        st = topk(p, ctx);
-      } else {
-        TopkHooks h;
-        h.engine = engine;
-        st = selection::topk::launch_topk(p, nullptr, h);
-      }
-      EXPECT_TRUE(st.ok()) << st.to_string();
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      tools::TopkOutput out;
-      out.T = prob.T;
-      out.K = K;
-      out.indices = indices.download();
-      out.values = values.download();
-      EXPECT_EXACT(prob, o, out);
+      EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine, scores).out);
     }
     EXPECT_EQ(cudaFree(scores), cudaSuccess);
   }
