@@ -1,6 +1,6 @@
 // Stage 3 of the fused operator: per row, the certificate over the filter's
-// exact count, then radix select and emission over the row's candidates
-// (selection/device/emit.cuh, as the standalone top-k). A row whose
+// exact count, then the window select and emission over the row's
+// candidates (selection/device/emit.cuh, as the standalone top-k). A row whose
 // certificate fails is flagged for the repair stage and not written.
 #pragma once
 
@@ -43,11 +43,15 @@ struct SelectConfig {
   struct SharedStorage {
     union {
       std::uint64_t out[K];
+      // Rows of more than K candidates: the select's histogram
+      // (Emitter::select_and_emit_window), before any emission.
+      std::uint32_t histogram[selection::device::kWindowBins];
       typename BlockSort::TempStorage sort;  // the sorted write-out, after out is read
     } emit;
     std::uint32_t keys[kStaged];
     std::int32_t pos[kStaged];
     selection::device::RadixShared radix;
+    selection::device::WindowSelectShared<Threads / 32> window;
     std::uint32_t emitted;
     selection::device::BlockKeyRange<Threads> key_range;  // of the candidate keys
   };
@@ -91,8 +95,18 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   }
   if (!certified) return;  // the same for every thread
 
-  for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
-  if (threadIdx.x == 0) sh.emitted = 0;
+  // Rows of at most K candidates emit them all and pad the rest of out[];
+  // longer ones select K into it, with the select's histogram in its place
+  // until then (the same for every thread).
+  if (c <= K) {
+    for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
+  } else {
+    for (int b = threadIdx.x; b < selection::device::kWindowBins; b += Threads) sh.emit.histogram[b] = 0;
+  }
+  if (threadIdx.x == 0) {
+    sh.emitted = sh.window.resolve_count = 0;
+    sh.radix.least = 0xFFFFFFFFu;
+  }
   const std::uint64_t* area = a.candidates + t * a.capacity;
   const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
   std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
@@ -133,7 +147,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   if (c <= K) {
     emitter.emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
   } else {
-    emitter.select_and_emit(items, K, lo, hi);
+    emitter.template select_and_emit_window<Threads / 32>(items, K, lo, hi, sh.emit.histogram, sh.window);
   }
   __syncthreads();  // out complete
   // Values come from the keys: score_key is invertible on every score the

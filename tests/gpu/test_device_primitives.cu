@@ -8,11 +8,14 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/fp8.h"
 #include "common/keys.h"
 #include "dsa_topk/dsa_topk.h"
+#include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
 
 namespace dsa {
@@ -155,6 +158,127 @@ TEST(DevicePrimitives, StripedPickMatchesHostScan) {
   check_striped_pick<512, 4>();
   check_striped_pick<512, 8>();
   check_striped_pick<1024, 4>();
+}
+
+// One block selects the top k of n items (keys[i], position i) with
+// Emitter::select_and_emit_window; writes out[] (k order keys) and the
+// k-th key thread 0 got.
+constexpr int kWindowMaxItems = 3072;
+template <int K, int kThreads>
+__global__ void window_select(const std::uint32_t* keys, int n, bool smallest_index_ties, std::uint64_t* out,
+                              std::uint32_t* kth) {
+  namespace sd = selection::device;
+  __shared__ union {
+    std::uint64_t out[K];
+    std::uint32_t histogram[sd::kWindowBins];
+  } emit;
+  __shared__ std::uint32_t item_keys[kWindowMaxItems];
+  __shared__ sd::RadixShared radix;
+  __shared__ sd::WindowSelectShared<kThreads / 32> window;
+  __shared__ std::uint32_t emitted;
+  __shared__ sd::BlockKeyRange<kThreads> range;
+  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    item_keys[i] = keys[i];
+    lo = min(lo, keys[i]);
+    hi = max(hi, keys[i]);
+  }
+  for (int b = threadIdx.x; b < sd::kWindowBins; b += kThreads) emit.histogram[b] = 0;
+  if (threadIdx.x == 0) {
+    emitted = window.resolve_count = 0;
+    radix.least = 0xFFFFFFFFu;
+  }
+  range.publish(lo, hi);
+  __syncthreads();
+  range.gather(lo, hi);
+  const auto items = [&](auto&& fn) {
+    for (int base = 0; base < n; base += kThreads) {
+      const int i = base + static_cast<int>(threadIdx.x);
+      const bool present = i < n;
+      fn(present ? item_keys[i] : 0u, present ? i : 0, present);
+    }
+  };
+  const sd::Emitter<K> emitter(emit.out, &emitted, radix, smallest_index_ties);
+  const std::uint32_t k = emitter.template select_and_emit_window<kThreads / 32>(items, K, lo, hi, emit.histogram,
+                                                                                 window);
+  __syncthreads();
+  for (int i = threadIdx.x; i < K; i += kThreads) out[i] = emit.out[i];
+  if (threadIdx.x == 0) *kth = k;
+}
+
+// select_and_emit_window against a host sort on item sets built for each of
+// its endings: distinct keys spread wide (the K-th key's bin taken whole or
+// ranked by a warp), a cluster of adjacent keys under a wide spread (the
+// window narrows), more than kResolveCapacity ties at the K-th key (the tie
+// ending), every key equal, and n = K. Smallest-index ties must give
+// exactly the host's top K by (key descending, position ascending); any
+// ties the same keys.
+template <int K, int kThreads>
+void check_window_select() {
+  std::mt19937 rng(K + kThreads);
+  std::vector<std::vector<std::uint32_t>> cases;
+  const std::uint32_t base = score_key(50.0f);
+  for (int n : {K, K + 1, 2 * K + 300, kWindowMaxItems}) {
+    if (n > kWindowMaxItems) continue;
+    std::vector<std::uint32_t> spread(n), clustered(n), tied(n), equal(n, base);
+    for (int i = 0; i < n; ++i) {
+      spread[i] = score_key(std::ldexp(1.0f + static_cast<float>(rng() % 1000000) / 1e6f, static_cast<int>(rng() % 9)));
+      clustered[i] = i % 3 == 0 ? score_key(1e6f + static_cast<float>(i)) : base + rng() % 300;
+      tied[i] = i < K - 100 ? score_key(1e6f + static_cast<float>(i)) : i < K + 200 ? base : base - 1 - rng() % 1000;
+    }
+    for (auto* c : {&spread, &clustered, &tied, &equal}) {
+      std::shuffle(c->begin(), c->end(), rng);
+      cases.push_back(*c);
+    }
+  }
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<std::uint32_t>& keys = cases[c];
+    const int n = static_cast<int>(keys.size());
+    std::vector<std::pair<std::uint32_t, std::int32_t>> want(n);
+    for (int i = 0; i < n; ++i) want[i] = {keys[i], i};
+    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    want.resize(K);
+    const std::uint32_t kth_want = want.back().first;
+    for (bool smallest : {true, false}) {
+      DeviceArray<std::uint32_t> d_keys(n), d_kth(1);
+      DeviceArray<std::uint64_t> d_out(K);
+      CUDA_OK(cudaMemcpy(d_keys.ptr, keys.data(), n * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(d_out.ptr, 0xFF, K * sizeof(std::uint64_t)));
+      window_select<K, kThreads><<<1, kThreads>>>(d_keys.ptr, n, smallest, d_out.ptr, d_kth.ptr);
+      CUDA_OK(cudaGetLastError());
+      std::vector<std::uint64_t> out(K);
+      std::uint32_t kth = 0;
+      CUDA_OK(cudaMemcpy(out.data(), d_out.ptr, K * sizeof(std::uint64_t), cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(&kth, d_kth.ptr, sizeof(kth), cudaMemcpyDeviceToHost));
+      std::vector<std::pair<std::uint32_t, std::int32_t>> got(K);
+      for (int i = 0; i < K; ++i) {  // order key: key << 32 | ~pos (selection/device/candidates.cuh)
+        got[i] = {static_cast<std::uint32_t>(out[i] >> 32), static_cast<std::int32_t>(~static_cast<std::uint32_t>(out[i]))};
+      }
+      std::sort(got.begin(), got.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      const std::string what = std::to_string(K) + " x " + std::to_string(kThreads) + ", case " + std::to_string(c) +
+                               " (n = " + std::to_string(n) + (smallest ? ", smallest-index ties)" : ", any ties)");
+      EXPECT_EQ(kth, kth_want) << what;
+      bool same = true, distinct = true;
+      for (int i = 0; i < K; ++i) {
+        same = same && got[i].first == want[i].first && (!smallest || got[i].second == want[i].second);
+        distinct = distinct && got[i].second >= 0 && got[i].second < n && keys[got[i].second] == got[i].first &&
+                   (i == 0 || got[i] != got[i - 1]);
+      }
+      EXPECT_TRUE(same) << what << ": the selected keys (and, smallest-index, positions) differ from the host's";
+      EXPECT_TRUE(distinct) << what << ": an emitted item is not an item, or is emitted twice";
+    }
+  }
+}
+
+TEST(DevicePrimitives, WindowSelectMatchesHostSort) {
+  check_window_select<512, 256>();
+  check_window_select<2048, 256>();
+  check_window_select<2048, 512>();
+  check_window_select<1024, 1024>();
 }
 
 TEST(DevicePrimitives, Fp8DecodeMatchesHostBitForBit) {

@@ -679,7 +679,7 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
 }
 
 // The certified rows' select over the candidates ends in one of four ways
-// (RowSelect::select_candidates): the K-th key's bin taken whole, its bin
+// (Emitter::select_and_emit_window): the K-th key's bin taken whole, its bin
 // ranked by one warp (at most kResolveCapacity keys, ties among them), a
 // one-key bin with more ties than that, or a narrower window first. Rows of
 // 1500 large scores spread wide, then a cluster of `distinct` adjacent

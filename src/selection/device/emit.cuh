@@ -17,6 +17,31 @@
 
 namespace dsa::selection::device {
 
+// Emitter::select_and_emit_window: histogram passes of kWindowBins linear
+// bins, and the K-th key's bin ranked by one warp once it holds at most
+// kResolveCapacity keys (two a lane). 2048 bins over the ~2^24 keys of a
+// sampled row's candidates leave that bin a handful of keys on model-like
+// rows; 1024 measured the same and 4096 1.4 % slower at 4096 x 32K
+// (docs/perf-log.md "Session 17").
+inline constexpr int kWindowBinBits = 11;
+inline constexpr int kWindowBins = 1 << kWindowBinBits;
+inline constexpr int kResolveCapacity = 2 * kWarpSize;
+
+// Shared memory of select_and_emit_window for a block of kWarps warps
+// (the histogram itself is the caller's: kWindowBins words, usually
+// aliasing the emission's out[], which the select writes only after its
+// last pass).
+template <int kWarps>
+struct WindowSelectShared {
+  static_assert(kWindowBins % (kWarpSize * kWarps) == 0, "each warp owns whole rows of 32 bins");
+  static constexpr int kRows = kWindowBins / (kWarpSize * kWarps);  // rows of 32 bins a warp owns (pick_striped_bin)
+  std::uint32_t resolve_keys[kResolveCapacity];  // the items of the K-th key's bin
+  std::int32_t resolve_pos[kResolveCapacity];
+  std::uint32_t warp_sums[kWarps];  // pick_striped_bin's
+  BinPick pick;                     // pick_striped_bin's broadcast
+  std::uint32_t resolve_count;      // items gathered into resolve_*: 0 at entry
+};
+
 template <int K>
 class Emitter {
  public:
@@ -56,6 +81,57 @@ class Emitter {
     });
   }
 
+  // Select and emission over an item set that holds the answer (k <= its
+  // size, every key in [lo, hi]) by KeyWindow passes, where
+  // select_and_emit's 8-bit radix takes 2-3 passes of 3 barriers and an
+  // emission visit: histogram passes of kWindowBins bins (the first over
+  // [lo, hi], each later one over the bin before) find the bin holding the
+  // k-th largest key, rank r in it; then one of
+  //  - r == the bin's count: the top k are the keys >= its bottom (one
+  //    emission visit);
+  //  - the bin holds at most kResolveCapacity items: one visit emits the
+  //    keys above the bin and gathers the bin's items; warp 0 ranks them
+  //    (key descending, position ascending: items' positions must be
+  //    distinct; that order serves both tie modes) and emits the first r;
+  //  - the bin is one key (more ties than that): the keys above it, then
+  //    r ties (emit_ties);
+  //  - else the next pass narrows the window to the bin.
+  // The histogram must be zero at entry and radix.least ~0 (the whole-bin
+  // ending's minimum); sh.resolve_count 0. Returns the k-th largest key in
+  // warp 0 (every thread on the whole-bin and ties endings); out[] is
+  // complete after the caller's next barrier. The caller's trace reads the
+  // result from thread 0.
+  template <int kWarps, class Items>
+  __device__ std::uint32_t select_and_emit_window(const Items& items, std::uint32_t k, std::uint32_t lo,
+                                                  std::uint32_t hi, std::uint32_t* histogram,
+                                                  WindowSelectShared<kWarps>& sh) const {
+    using Window = KeyWindow<kWindowBinBits>;
+    Window w(lo, hi);
+    std::uint32_t rank = k;  // inside w
+    for (;;) {
+      items([&](std::uint32_t key, std::int32_t, bool present) {
+        if (present && w.holds(key)) atomicAdd(&histogram[w.bin(key)], 1u);
+      });
+      __syncthreads();
+      const BinPick pick =
+          pick_striped_bin<kWarps, WindowSelectShared<kWarps>::kRows>(histogram, sh.warp_sums, sh.pick, rank);
+      const std::uint32_t r = rank - pick.above;  // 1 <= r <= pick.in
+      const std::uint32_t bottom = w.bin_bottom(pick.bin), top = w.bin_top(pick.bin);
+      // The pick left the histogram zero and no one reads it again, so the
+      // emission may overwrite it. Every branch is the same for every thread.
+      if (r == pick.in) return emit_at_least(items, bottom);
+      if (pick.in <= static_cast<std::uint32_t>(kResolveCapacity)) return resolve_bin(items, bottom, top, r, sh);
+      if (w.shift == 0) {
+        emit_if(items, [bottom](std::uint32_t key, std::int32_t) { return key > bottom; });
+        __syncthreads();
+        emit_ties(items, bottom, r);
+        return bottom;
+      }
+      rank = r;
+      w = Window(bottom, top);
+    }
+  }
+
   // Radix select and emission over an item set that holds the answer: emits
   // its top k and returns the k-th largest key. lo/hi: bounds of the item
   // keys, when known (block_radix_select).
@@ -66,20 +142,10 @@ class Emitter {
       items([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
     };
     const RadixResult kth = block_radix_select<true>(keys, k, radix_, lo, hi);
-    if (kth.whole_bin) {
-      // The top k are the keys >= the bin's bound, no tie to cut; the k-th
-      // largest is the least of them (for the caller's trace).
-      std::uint32_t least = 0xFFFFFFFFu;
-      emit_if(items, [&](std::uint32_t key, std::int32_t) {
-        const bool take = key >= kth.kth_key;
-        if (take) least = min(least, key);
-        return take;
-      });
-      least = __reduce_min_sync(kFullWarp, least);
-      if (lane_id() == 0) atomicMin(&radix_.least, least);
-      __syncthreads();
-      return radix_.least;
-    }
+    // The top k are the keys >= the bin's bound, no tie to cut; the k-th
+    // largest is the least of them (for the caller's trace;
+    // block_radix_select<true> left radix.least ~0).
+    if (kth.whole_bin) return emit_at_least(items, kth.kth_key);
     emit_if(items, [&](std::uint32_t key, std::int32_t) { return key > kth.kth_key; });
     __syncthreads();
     emit_ties(items, kth.kth_key, kth.take_equal);
@@ -87,6 +153,70 @@ class Emitter {
   }
 
  private:
+  // The whole-bin endings of both selects: emits every item with key >=
+  // bottom and returns the least of them (every thread; radix.least ~0 at
+  // entry). Ends with a barrier.
+  template <class Items>
+  __device__ std::uint32_t emit_at_least(const Items& items, std::uint32_t bottom) const {
+    std::uint32_t least = 0xFFFFFFFFu;
+    emit_if(items, [&](std::uint32_t key, std::int32_t) {
+      const bool take = key >= bottom;
+      if (take) least = min(least, key);
+      return take;
+    });
+    least = __reduce_min_sync(kFullWarp, least);
+    if (lane_id() == 0) atomicMin(&radix_.least, least);
+    __syncthreads();
+    return radix_.least;
+  }
+
+  // select_and_emit_window's resolve: the keys above top, and the r-th
+  // largest first of the (at most kResolveCapacity) items in [bottom, top].
+  // Returns the k-th key in warp 0 (0 elsewhere); no barrier at the end.
+  template <int kWarps, class Items>
+  __device__ std::uint32_t resolve_bin(const Items& items, std::uint32_t bottom, std::uint32_t top, std::uint32_t r,
+                                       WindowSelectShared<kWarps>& sh) const {
+    items([&](std::uint32_t key, std::int32_t pos, bool present) {
+      const bool above = present && key > top;
+      const bool in_bin = present && !above && key >= bottom;
+      if (__any_sync(kFullWarp, above)) {
+        const std::uint32_t slot = warp_append<1>(above ? 1u : 0u, emitted_);
+        if (above) out_[slot] = order_key(key, pos);
+      }
+      if (__any_sync(kFullWarp, in_bin)) {
+        const std::uint32_t slot = warp_append<1>(in_bin ? 1u : 0u, &sh.resolve_count);
+        if (in_bin) {
+          sh.resolve_keys[slot] = key;
+          sh.resolve_pos[slot] = pos;
+        }
+      }
+    });
+    __syncthreads();
+    if (threadIdx.x >= kWarpSize) return 0;
+    const std::uint32_t m = sh.resolve_count;  // the bin's count, <= kResolveCapacity
+    const unsigned lane = lane_id();
+    const bool has0 = lane < m, has1 = lane + kWarpSize < m;
+    const std::uint32_t key0 = has0 ? sh.resolve_keys[lane] : 0u;
+    const std::int32_t pos0 = has0 ? sh.resolve_pos[lane] : 0;
+    const std::uint32_t key1 = has1 ? sh.resolve_keys[lane + kWarpSize] : 0u;
+    const std::int32_t pos1 = has1 ? sh.resolve_pos[lane + kWarpSize] : 0;
+    // Each item's place in the order key descending, position ascending
+    // (positions are distinct, so the order is strict).
+    std::uint32_t place0 = 0, place1 = 0;
+    for (std::uint32_t j = 0; j < m; ++j) {
+      const std::uint32_t key = sh.resolve_keys[j];
+      const std::int32_t pos = sh.resolve_pos[j];
+      place0 += (key > key0 || (key == key0 && pos < pos0)) ? 1u : 0u;
+      place1 += (key > key1 || (key == key1 && pos < pos1)) ? 1u : 0u;
+    }
+    const bool take0 = has0 && place0 < r, take1 = has1 && place1 < r;
+    std::uint32_t slot = warp_append<2>((take0 ? 1u : 0u) + (take1 ? 1u : 0u), emitted_);
+    if (take0) out_[slot++] = order_key(key0, pos0);
+    if (take1) out_[slot] = order_key(key1, pos1);
+    // The k-th key: the least taken one (r >= 1 are taken).
+    return __reduce_min_sync(kFullWarp, min(take0 ? key0 : 0xFFFFFFFFu, take1 ? key1 : 0xFFFFFFFFu));
+  }
+
   std::uint64_t* out_;
   std::uint32_t* emitted_;
   RadixShared& radix_;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
 
 namespace dsa::selection::topk {
@@ -101,20 +102,6 @@ inline constexpr int kThresholdBinBits = 12;
 inline constexpr int kThresholdBins = 1 << kThresholdBinBits;
 inline constexpr double kMaxBinExcess = 0.125;
 
-// The certified rows' select over the candidates (topk_kernel.cuh,
-// RowSelect::select_candidates): histogram passes of kSelectBins linear
-// bins over a KeyWindow, the first over [tau + 1, greatest], each later one
-// over the bin before, until the bin holding the K-th key is taken whole,
-// is one key, or holds at most kResolveCapacity keys, which one warp then
-// ranks while the same visit emits the keys above the bin. It replaced 2-3
-// radix passes of 256 bins (3 barriers each) and a separate emission
-// visit: 4096 x 32K -8 %, 64K -3 %, 128K -2 % (docs/perf-log.md
-// "Session 17"). 2048 bins over a window of ~2^24 keys leave the K-th
-// key's bin a handful of keys on model-like rows.
-inline constexpr int kSelectBinBits = 11;
-inline constexpr int kSelectBins = 1 << kSelectBinBits;
-inline constexpr int kResolveCapacity = 2 * device::kWarpSize;  // two entries a lane of the resolving warp
-
 template <int K, class G>
 struct Config {
   static_assert(K % G::kThreads == 0, "the sorted write-out gives each thread K / threads slots");
@@ -129,8 +116,6 @@ struct Config {
 
   using BinPick = device::BinPick;  // the threshold's (and the candidates' select's) bin of a wanted rank
   static constexpr int kWarps = G::kThreads / device::kWarpSize;
-  static_assert(kSelectBins % (device::kWarpSize * kWarps) == 0, "each warp owns whole rows of 32 select bins");
-  static constexpr int kSelectRows = kSelectBins / (device::kWarpSize * kWarps);  // rows of 32 bins a warp owns
 
   // Shared memory of one CTA. Phases that never overlap share the union.
   struct SharedStorage {
@@ -148,15 +133,12 @@ struct Config {
     } phase;
     std::int32_t tie_pos[kTieCapacity];  // row positions with key == tau
     union {
-      std::uint64_t out[K];                      // emitted order keys (candidates.cuh), 0 = padding
-      std::uint32_t select_histogram[kSelectBins];  // the candidates' select (before any emission); zero between passes
+      std::uint64_t out[K];  // emitted order keys (candidates.cuh), 0 = padding
+      // The certified rows' select (Emitter::select_and_emit_window), before
+      // any emission; zeroed by the filter, zero between passes.
+      std::uint32_t select_histogram[device::kWindowBins];
     };
-    struct {
-      std::uint32_t keys[kResolveCapacity];  // the candidates in the K-th key's bin
-      std::int32_t pos[kResolveCapacity];
-    } resolve;
-    std::uint32_t warp_sums[kWarps];  // device::pick_striped_bin
-    std::uint32_t resolve_count;      // entries appended to resolve
+    device::WindowSelectShared<kWarps> window;
     device::RadixShared radix;
     BinPick pick;                                     // broadcast of the threshold bin
     device::BlockKeyRange<G::kThreads> key_range;  // of the samples (step 1), then the stored candidates (step 2)

@@ -81,7 +81,8 @@ class RowSelect {
         // whole-bin stop already ended most selects early: docs/perf-log.md
         // "Session 11").
         trace.path = RowPath::kCertified;
-        trace.kth_key = select_candidates(count_gt, tau + 1, greatest);
+        trace.kth_key = emitter().template select_and_emit_window<Cfg::kWarps>(
+            candidate_items(count_gt), K, tau + 1, greatest, sh_.select_histogram, sh_.window);
       } else {
         trace.path = RowPath::kOverflow;
         trace.kth_key = select_and_emit(row_items(tau + 1, kMaxKey), K);
@@ -265,9 +266,9 @@ class RowSelect {
   // with both compares. ties_counted: sh.count_eq holds the row's ties (else
   // count_gt >= K, and the ties were not looked at).
   __device__ std::uint32_t filter(std::uint32_t tau, bool tie_free, bool& ties_counted) {
-    // The candidates' select histogram (select_candidates), zero at its
-    // first pass: out[] is not written before the emission.
-    for (int b = threadIdx.x; b < kSelectBins; b += G::kThreads) sh_.select_histogram[b] = 0;
+    // The candidates' select histogram (select_and_emit_window), zero at
+    // its first pass: out[] is not written before the emission.
+    for (int b = threadIdx.x; b < device::kWindowBins; b += G::kThreads) sh_.select_histogram[b] = 0;
     const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
                                      static_cast<std::uint32_t>(G::kCandidateCapacity),
                                      &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
@@ -309,116 +310,6 @@ class RowSelect {
     }
     pass(WithTies{}, threshold);
     return greatest;
-  }
-
-  // The certified rows' select and emission over the n stored candidates
-  // (K <= n <= capacity, keys in [lo, hi]): histogram passes over a
-  // KeyWindow (kSelectBins bins, the first over [lo, hi], each later one
-  // over the bin before) find the bin holding the K-th largest key, rank r
-  // in it. Then one of:
-  //  - r == the bin's count: the top K are the keys >= the bin's bottom
-  //    (one emission visit);
-  //  - the bin holds at most kResolveCapacity keys: one visit emits the
-  //    keys above the bin and gathers the bin's keys; warp 0 ranks them
-  //    (key descending, then position ascending, which serves both tie
-  //    modes) and emits the first r;
-  //  - the bin is one key wide (ties): the keys above it, then r ties;
-  //  - else the next pass narrows the window to the bin.
-  // Returns the K-th largest key in warp 0 (the trace's writer); the
-  // caller passes a barrier before reading out[].
-  __device__ std::uint32_t select_candidates(std::uint32_t n, std::uint32_t lo, std::uint32_t hi) {
-    using SelectWindow = device::KeyWindow<kSelectBinBits>;
-    std::uint32_t* const histogram = sh_.select_histogram;
-    const auto items = candidate_items(n);
-    SelectWindow w(lo, hi);
-    std::uint32_t rank = K;  // inside w
-    for (;;) {
-      items([&](std::uint32_t key, std::int32_t, bool present) {
-        if (present && w.holds(key)) atomicAdd(&histogram[w.bin(key)], 1u);
-      });
-      __syncthreads();
-      const device::BinPick pick =
-          device::pick_striped_bin<Cfg::kWarps, Cfg::kSelectRows>(histogram, sh_.warp_sums, sh_.pick, rank);
-      const std::uint32_t r = rank - pick.above;  // 1 <= r <= pick.in
-      const std::uint32_t bottom = w.bin_bottom(pick.bin), top = w.bin_top(pick.bin);
-      if (r == pick.in) {  // the same for every thread (below too)
-        // out[] aliases the histogram, which the pick left zero and no one reads again.
-        return emit_at_least(items, bottom);
-      }
-      if (pick.in <= static_cast<std::uint32_t>(kResolveCapacity)) return resolve_bin(items, bottom, top, r);
-      if (w.shift == 0) {
-        emit_if(items, [bottom](std::uint32_t key, std::int32_t) { return key > bottom; });
-        __syncthreads();
-        emit_ties(items, bottom, r);
-        return bottom;
-      }
-      rank = r;
-      w = SelectWindow(bottom, top);
-    }
-  }
-
-  // Emits every item with key >= bottom; returns the least of them (every
-  // thread; sh.radix.least is ~0 from the kernel's start). Ends with a barrier.
-  template <class Items>
-  __device__ std::uint32_t emit_at_least(const Items& items, std::uint32_t bottom) {
-    std::uint32_t least = kMaxKey;
-    emit_if(items, [&](std::uint32_t key, std::int32_t) {
-      const bool take = key >= bottom;
-      if (take) least = min(least, key);
-      return take;
-    });
-    least = __reduce_min_sync(device::kFullWarp, least);
-    if (device::lane_id() == 0) atomicMin(&sh_.radix.least, least);
-    __syncthreads();
-    return sh_.radix.least;
-  }
-
-  // select_candidates' resolve: the r-th largest of the (at most
-  // kResolveCapacity) items in [bottom, top], the keys above top all winners.
-  template <class Items>
-  __device__ std::uint32_t resolve_bin(const Items& items, std::uint32_t bottom, std::uint32_t top, std::uint32_t r) {
-    std::uint32_t* const emitted = &sh_.emitted;
-    std::uint32_t* const gathered = &sh_.resolve_count;
-    items([&](std::uint32_t key, std::int32_t pos, bool present) {
-      const bool above = present && key > top;
-      const bool in_bin = present && !above && key >= bottom;
-      if (__any_sync(device::kFullWarp, above)) {
-        const std::uint32_t slot = device::warp_append<1>(above ? 1u : 0u, emitted);
-        if (above) sh_.out[slot] = device::order_key(key, pos);
-      }
-      if (__any_sync(device::kFullWarp, in_bin)) {
-        const std::uint32_t slot = device::warp_append<1>(in_bin ? 1u : 0u, gathered);
-        if (in_bin) {
-          sh_.resolve.keys[slot] = key;
-          sh_.resolve.pos[slot] = pos;
-        }
-      }
-    });
-    __syncthreads();
-    if (threadIdx.x >= device::kWarpSize) return 0;
-    const std::uint32_t m = sh_.resolve_count;  // the bin's count, <= kResolveCapacity
-    const unsigned lane = device::lane_id();
-    const bool has0 = lane < m, has1 = lane + device::kWarpSize < m;
-    const std::uint32_t key0 = has0 ? sh_.resolve.keys[lane] : 0u;
-    const std::int32_t pos0 = has0 ? sh_.resolve.pos[lane] : 0;
-    const std::uint32_t key1 = has1 ? sh_.resolve.keys[lane + device::kWarpSize] : 0u;
-    const std::int32_t pos1 = has1 ? sh_.resolve.pos[lane + device::kWarpSize] : 0;
-    // Each entry's place in the order key descending, position ascending
-    // (positions are distinct, so the order is strict).
-    std::uint32_t place0 = 0, place1 = 0;
-    for (std::uint32_t j = 0; j < m; ++j) {
-      const std::uint32_t key = sh_.resolve.keys[j];
-      const std::int32_t pos = sh_.resolve.pos[j];
-      place0 += (key > key0 || (key == key0 && pos < pos0)) ? 1u : 0u;
-      place1 += (key > key1 || (key == key1 && pos < pos1)) ? 1u : 0u;
-    }
-    const bool take0 = has0 && place0 < r, take1 = has1 && place1 < r;
-    const std::uint32_t count = (take0 ? 1u : 0u) + (take1 ? 1u : 0u);
-    std::uint32_t slot = device::warp_append<2>(count, emitted);
-    if (take0) sh_.out[slot++] = device::order_key(key0, pos0);
-    if (take1) sh_.out[slot] = device::order_key(key1, pos1);
-    // The K-th key: the least taken one.
-    return __reduce_min_sync(device::kFullWarp, min(take0 ? key0 : kMaxKey, take1 ? key1 : kMaxKey));
   }
 
   // The first n stored candidates (n <= capacity).
@@ -493,8 +384,8 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   const std::int32_t len = range.end - range.begin;
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
-    sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = sh.resolve_count = 0;
-    sh.radix.least = 0xFFFFFFFFu;  // RowSelect::emit_at_least
+    sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = sh.window.resolve_count = 0;
+    sh.radix.least = 0xFFFFFFFFu;  // select_and_emit_window's whole-bin ending
   }
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
