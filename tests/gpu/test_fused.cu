@@ -848,5 +848,22 @@ TEST(FusedGpuLong, Causal64x128K) {
   }
 }
 
+// Rows of a million keys through the public operator: 72 rows of 2^20
+// keys pass one 256 MB batch of the staged buffer, so the route by shape
+// is the fused one (16384 samples a row, the threshold's widest plan);
+// deterministic sorted output with values slot by slot against the
+// unfused pipeline, kAny against its scores.
+TEST(FusedGpuLong, MillionKeyRowsFusedRoute) {
+  const std::int64_t T = 72, N = std::int64_t{1} << 20;
+  ASSERT_FALSE(fused::staged_by_shape(T, N));
+  const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, T, N, 2048);
+  DeviceProblem dev(prob);
+  Unfused oracle(dev);
+  const SelectOptions det = deterministic(2048);
+  expect_matches_unfused(oracle, det, run_fused(dev, det, true).out);
+  const SelectOptions any = make_options(2048, TieBreak::kAny, IndexBase::kAbsolute, false);
+  expect_matches_unfused(oracle, any, run_fused(dev, any, false).out);
+}
+
 }  // namespace
 }  // namespace dsa
