@@ -119,7 +119,7 @@ class Emitter {
       const std::uint32_t bottom = w.bin_bottom(pick.bin), top = w.bin_top(pick.bin);
       // The pick left the histogram zero and no one reads it again, so the
       // emission may overwrite it. Every branch is the same for every thread.
-      if (r == pick.in) return emit_at_least(items, bottom);
+      if (r == pick.in) return emit_at_least<true>(items, bottom);
       if (pick.in <= static_cast<std::uint32_t>(kResolveCapacity)) return resolve_bin(items, bottom, top, r, sh);
       if (w.shift == 0) {
         emit_if(items, [bottom](std::uint32_t key, std::int32_t) { return key > bottom; });
@@ -145,7 +145,7 @@ class Emitter {
     // The top k are the keys >= the bin's bound, no tie to cut; the k-th
     // largest is the least of them (for the caller's trace;
     // block_radix_select<true> left radix.least ~0).
-    if (kth.whole_bin) return emit_at_least(items, kth.kth_key);
+    if (kth.whole_bin) return emit_at_least<false>(items, kth.kth_key);
     emit_if(items, [&](std::uint32_t key, std::int32_t) { return key > kth.kth_key; });
     __syncthreads();
     emit_ties(items, kth.kth_key, kth.take_equal);
@@ -155,19 +155,57 @@ class Emitter {
  private:
   // The whole-bin endings of both selects: emits every item with key >=
   // bottom and returns the least of them (every thread; radix.least ~0 at
-  // entry). Ends with a barrier.
-  template <class Items>
+  // entry). Ends with a barrier. kCounted: emit_counted's two visits (the
+  // window select's cheap item sets), else emit_if's one (the radix
+  // select's repairs visit the row in global memory).
+  template <bool kCounted, class Items>
   __device__ std::uint32_t emit_at_least(const Items& items, std::uint32_t bottom) const {
     std::uint32_t least = 0xFFFFFFFFu;
-    emit_if(items, [&](std::uint32_t key, std::int32_t) {
-      const bool take = key >= bottom;
-      if (take) least = min(least, key);
-      return take;
-    });
+    const auto take = [&](std::uint32_t key, std::int32_t) {
+      const bool taken = key >= bottom;
+      if (taken) least = min(least, key);
+      return taken;
+    };
+    if constexpr (kCounted) {
+      emit_counted(items, take);
+    } else {
+      emit_if(items, take);
+    }
     least = __reduce_min_sync(kFullWarp, least);
     if (lane_id() == 0) atomicMin(&radix_.least, least);
     __syncthreads();
     return radix_.least;
+  }
+
+  // The window select's emissions visit their items twice (shared-memory
+  // candidates, or the fused stage's spill area, both cheap to read again):
+  // the first visit counts the warp's taken items and claims their slots
+  // with one atomic, the second stores them at ballot offsets. emit_if's
+  // atomic a visit step put a shared atomic's round trip on the path of
+  // every step (~6 a warp at 32K rows).
+  // claim_counted: the first visit; returns the warp's first slot (every
+  // lane), to be advanced by the popcount of each later step's ballot.
+  template <class Items, class Pred>
+  __device__ std::uint32_t claim_counted(const Items& items, const Pred& pred) const {
+    std::uint32_t mine = 0;
+    items([&](std::uint32_t key, std::int32_t pos, bool present) { mine += present && pred(key, pos) ? 1u : 0u; });
+    const std::uint32_t total = __reduce_add_sync(kFullWarp, mine);
+    std::uint32_t base = 0;
+    if (lane_id() == 0 && total != 0) base = atomicAdd(emitted_, total);
+    return __shfl_sync(kFullWarp, base, 0);
+  }
+  // emit_counted: both visits (every taken item gets a slot below K: no
+  // slot check).
+  template <class Items, class Pred>
+  __device__ void emit_counted(const Items& items, const Pred& pred) const {
+    std::uint32_t slot = claim_counted(items, pred);
+    const unsigned lower = (1u << lane_id()) - 1;
+    items([&](std::uint32_t key, std::int32_t pos, bool present) {
+      const bool take = present && pred(key, pos);
+      const unsigned voters = __ballot_sync(kFullWarp, take);
+      if (take) out_[slot + __popc(voters & lower)] = order_key(key, pos);
+      slot += __popc(voters);
+    });
   }
 
   // select_and_emit_window's resolve: the keys above top, and the r-th
@@ -176,18 +214,19 @@ class Emitter {
   template <int kWarps, class Items>
   __device__ std::uint32_t resolve_bin(const Items& items, std::uint32_t bottom, std::uint32_t top, std::uint32_t r,
                                        WindowSelectShared<kWarps>& sh) const {
+    std::uint32_t above_slot = claim_counted(items, [top](std::uint32_t key, std::int32_t) { return key > top; });
+    const unsigned lower = (1u << lane_id()) - 1;
     items([&](std::uint32_t key, std::int32_t pos, bool present) {
       const bool above = present && key > top;
       const bool in_bin = present && !above && key >= bottom;
-      if (__any_sync(kFullWarp, above)) {
-        const std::uint32_t slot = warp_append<1>(above ? 1u : 0u, emitted_);
-        if (above) out_[slot] = order_key(key, pos);
-      }
+      const unsigned voters = __ballot_sync(kFullWarp, above);
+      if (above) out_[above_slot + __popc(voters & lower)] = order_key(key, pos);
+      above_slot += __popc(voters);
       if (__any_sync(kFullWarp, in_bin)) {
-        const std::uint32_t slot = warp_append<1>(in_bin ? 1u : 0u, &sh.resolve_count);
+        const std::uint32_t bin_slot = warp_append<1>(in_bin ? 1u : 0u, &sh.resolve_count);
         if (in_bin) {
-          sh.resolve_keys[slot] = key;
-          sh.resolve_pos[slot] = pos;
+          sh.resolve_keys[bin_slot] = key;
+          sh.resolve_pos[bin_slot] = pos;
         }
       }
     });
