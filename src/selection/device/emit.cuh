@@ -242,6 +242,7 @@ class Emitter {
     // Each item's place in the order key descending, position ascending
     // (positions are distinct, so the order is strict).
     std::uint32_t place0 = 0, place1 = 0;
+#pragma unroll 4
     for (std::uint32_t j = 0; j < m; ++j) {
       const std::uint32_t key = sh.resolve_keys[j];
       const std::int32_t pos = sh.resolve_pos[j];
