@@ -201,11 +201,18 @@ class Emitter {
     std::uint32_t slot = claim_counted(items, pred);
     const unsigned lower = (1u << lane_id()) - 1;
     items([&](std::uint32_t key, std::int32_t pos, bool present) {
-      const bool take = present && pred(key, pos);
-      const unsigned voters = __ballot_sync(kFullWarp, take);
-      if (take) out_[slot + __popc(voters & lower)] = order_key(key, pos);
-      slot += __popc(voters);
+      store_claimed(present && pred(key, pos), key, pos, lower, slot);
     });
+  }
+  // The second visit's step (warp-collective): the lanes that take their
+  // item store it at `slot` plus the takers below them (lower: the lanes
+  // below this one, computed once a visit), and every lane advances `slot`
+  // past the warp's takers.
+  __device__ __forceinline__ void store_claimed(bool take, std::uint32_t key, std::int32_t pos, unsigned lower,
+                                                std::uint32_t& slot) const {
+    const unsigned voters = __ballot_sync(kFullWarp, take);
+    if (take) out_[slot + __popc(voters & lower)] = order_key(key, pos);
+    slot += __popc(voters);
   }
 
   // select_and_emit_window's resolve: the keys above top, and the r-th
@@ -219,9 +226,7 @@ class Emitter {
     items([&](std::uint32_t key, std::int32_t pos, bool present) {
       const bool above = present && key > top;
       const bool in_bin = present && !above && key >= bottom;
-      const unsigned voters = __ballot_sync(kFullWarp, above);
-      if (above) out_[above_slot + __popc(voters & lower)] = order_key(key, pos);
-      above_slot += __popc(voters);
+      store_claimed(above, key, pos, lower, above_slot);
       if (__any_sync(kFullWarp, in_bin)) {
         const std::uint32_t bin_slot = warp_append<1>(in_bin ? 1u : 0u, &sh.resolve_count);
         if (in_bin) {
