@@ -83,15 +83,17 @@ Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
 template <int K>
 Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
   constexpr bool kWideFits = K % WideRows::kThreads == 0;
-  if (engine == TopkEngine::kResident && num_cols > kResidentMaxLen) {
-    return {StatusCode::kInvalidArgument, "topk: the resident kernel takes rows of at most " +
-                                              std::to_string(kResidentMaxLen) + " keys (num_cols " +
+  // A pinned engine whose rows are shorter than num_cols.
+  const auto too_long = [num_cols](const char* what, std::int64_t max_len) -> Status {
+    return {StatusCode::kInvalidArgument, std::string("topk: the ") + what + " takes rows of at most " +
+                                              std::to_string(max_len) + " keys (num_cols " +
                                               std::to_string(num_cols) + ")"};
+  };
+  if (engine == TopkEngine::kResident && num_cols > kResidentMaxLen) {
+    return too_long("resident kernel", kResidentMaxLen);
   }
   if (engine == TopkEngine::kSampled64K && num_cols > LongRows64K::kMaxLen) {
-    return {StatusCode::kInvalidArgument, "topk: the 64K sampled geometry takes rows of at most " +
-                                              std::to_string(LongRows64K::kMaxLen) + " keys (num_cols " +
-                                              std::to_string(num_cols) + ")"};
+    return too_long("64K sampled geometry", LongRows64K::kMaxLen);
   }
   if (engine == TopkEngine::kSampledWide && !kWideFits) {
     return {StatusCode::kInvalidArgument, "topk: the wide sampled geometry needs K >= " +
