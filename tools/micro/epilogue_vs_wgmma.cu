@@ -2,11 +2,24 @@
 // epilogue on the same SM, and the other way round (docs/perf-log.md,
 // session 9)? One CTA per SM, 256 threads: warpgroup 0 runs the scoring
 // kernel's product (4 x wgmma m64n256k32 e4m3 from shared memory, commit,
-// wait) in a loop; warpgroup 1 runs the head reduction's FP32 pattern on
-// its own registers (tools/micro/epilogue_issue.cu, 128 FADD |x| + 128 FFMA
-// per iteration). Three cases: each alone, and both at once (the product
-// loop runs until the epilogue warps finish). Reports cycles per product
-// and per epilogue iteration (clock64).
+// wait) in a loop; warpgroup 1 runs one instruction pattern on its own
+// registers (Pattern, below), 256 instructions a thread per iteration. The
+// products alone, each pattern alone, and each pattern beside the products
+// (the product loop runs until the pattern's warps finish). Reports cycles
+// per product and per pattern iteration (clock64).
+//
+// Session 9 measured the products 5.7x slower beside the kernel's FP32
+// pattern. The other patterns say why: one register read an instruction
+// instead of three (register-file bandwidth?), the integer pipe instead of
+// the FMA pipe (the pipe?), the FP32 pattern at a lower issue rate
+// (issue slots: does the slowdown scale with the rate?), and a resident
+// warpgroup that issues almost nothing (the control), and the relu as
+// FMNMX.
+//
+// Session 19 (docs/perf-log.md): each FP32-pipe instruction (FADD, FFMA,
+// FMNMX; one register read or three) costs the products about one cycle
+// a scheduler; an IADD3 about 0.2, but the integer pattern itself runs 2x
+// slower beside the products. A sleeping warpgroup costs nothing.
 //
 // Built by CMake as micro_epilogue_vs_wgmma (DSA_BUILD_BENCH); run it on
 // the device.
@@ -34,15 +47,78 @@ struct Result {
                // that products ran)
 };
 
-// kMma: warpgroup 0 multiplies; kEpi: warpgroup 1 reduces.
-template <bool kMma, bool kEpi>
+// What warpgroup 1 runs, 256 instructions a thread per iteration.
+enum class Pattern {
+  kNone,       // nothing: warpgroup 1 exits at once
+  kReduction,  // the kernel's head reduction: 128 FADD |x| + 128 FFMA (3 register reads)
+  kOneRead,    // 256 FADD x + 1.0 (one register read, an immediate)
+  kInteger,    // 256 IADD3 a + b + c (the integer pipe, 3 register reads)
+  kMaxRelu,    // the reduction with relu as FMNMX x, 0 (128 FMNMX + 128 FFMA): one FP32-pipe instruction a value
+  kHalfRate,   // kReduction, then __nanosleep(150) (a lower issue rate: its cycles say how much)
+  kIdle,       // __nanosleep(300) only: resident, issuing almost nothing
+};
+
+const char* pattern_name(Pattern p) {
+  switch (p) {
+    case Pattern::kNone: return "-";
+    case Pattern::kReduction: return "FADD |x| + FFMA";
+    case Pattern::kOneRead: return "FADD x + 1 (one read)";
+    case Pattern::kInteger: return "IADD3 (integer)";
+    case Pattern::kMaxRelu: return "FMNMX + FFMA";
+    case Pattern::kHalfRate: return "FADD |x| + FFMA, sleep 150";
+    case Pattern::kIdle: return "sleep 300";
+  }
+  return "?";
+}
+
+// One iteration of pattern p on the thread's registers.
+template <Pattern kPattern>
+__device__ __forceinline__ void pattern_pass(micro::EpilogueRegisters& r, float (&sum)[8]) {
+  if constexpr (kPattern == Pattern::kReduction || kPattern == Pattern::kHalfRate) {
+    micro::reduction_pass(r, sum);
+    if constexpr (kPattern == Pattern::kHalfRate) __nanosleep(150);
+  } else if constexpr (kPattern == Pattern::kMaxRelu) {
+    micro::for_each_value<false>([&](int q, int half, int g, int e, int i) {
+      const float t = fmaxf(r.acc[i], 0.0f);
+      r.acc[i] = t;  // written back, as in the reduction
+      sum[q * 2 + half] = __fmaf_rn(r.w[g][e], t, sum[q * 2 + half]);
+    });
+  } else if constexpr (kPattern == Pattern::kOneRead) {
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) r.acc[i] = __fadd_rn(r.acc[i], 1.0f);
+    }
+  } else if constexpr (kPattern == Pattern::kInteger) {
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) {
+        const std::uint32_t a = __float_as_uint(r.acc[i]);
+        const std::uint32_t b = __float_as_uint(r.acc[(i + 1) % 128]);
+        const std::uint32_t c = __float_as_uint(r.acc[(i + 2) % 128]);
+        r.acc[i] = __uint_as_float(a + b + c);
+      }
+    }
+  } else if constexpr (kPattern == Pattern::kIdle) {
+    __nanosleep(300);
+  }
+}
+
+// kMma: warpgroup 0 multiplies; kPattern: what warpgroup 1 runs.
+template <bool kMma, Pattern kPattern>
 __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi_iters, int mma_products, float seed) {
+  constexpr bool kEpi = kPattern != Pattern::kNone;
   extern __shared__ std::uint8_t raw[];
   const auto base = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
   std::uint8_t* smem = raw + ((1024u - base % 1024u) % 1024u);
   std::uint8_t* a = smem;
   std::uint8_t* b = smem + kTileA;
   volatile int* done = reinterpret_cast<volatile int*>(smem + kTileA + kTileB);
+  // done as the product warpgroup saw it, one slot a round parity: its four
+  // warps must leave the loop on the same round (a wgmma that some warps of
+  // the warpgroup skip is an illegal instruction).
+  volatile int* seen = done + 1;
   // Small finite FP8 values (0x30..0x37 are 0.5-0.94).
   for (int i = threadIdx.x; i < (kTileA + kTileB) / 4; i += blockDim.x) {
     reinterpret_cast<std::uint32_t*>(smem)[i] = 0x30313233u + (i & 3);
@@ -73,7 +149,13 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
       dsa::sm90::wgmma_wait<0>();
       dsa::sm90::fence_registers(acc);
       products += kChain;
-      if (kEpi ? *done != 0 : products >= mma_products) break;
+      if constexpr (kEpi) {
+        if (threadIdx.x == 0) seen[round & 1] = *done;
+        asm volatile("bar.sync 1, 128;" ::: "memory");
+        if (seen[round & 1] != 0) break;
+      } else if (products >= mma_products) {
+        break;
+      }
     }
     const long long stop = clock64();
     float total = 0.0f;
@@ -92,7 +174,7 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
     micro::EpilogueRegisters r(seed);
     float sum[8] = {};
     const long long start = clock64();
-    for (int it = 0; it < epi_iters; ++it) micro::reduction_pass(r, sum);
+    for (int it = 0; it < epi_iters; ++it) pattern_pass<kPattern>(r, sum);
     const long long stop = clock64();
     __syncwarp();
     if (threadIdx.x == 128) *done = 1;
@@ -105,13 +187,16 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
   }
 }
 
-template <bool kMma, bool kEpi>
-void run(const char* name, int sms, int epi_iters, int mma_products) {
+template <bool kMma, Pattern kPattern>
+void run(int sms, int epi_iters, int mma_products) {
+  constexpr bool kEpi = kPattern != Pattern::kNone;
+  const std::string name = std::string(kMma ? "products" : "") + (kMma && kEpi ? " + " : "") +
+                           (kEpi ? pattern_name(kPattern) : "") + (kMma && !kEpi ? " alone" : "");
   Result* out = nullptr;
   MICRO_CHECK(cudaMalloc(&out, sizeof(Result) * sms));
   MICRO_CHECK(cudaMemset(out, 0, sizeof(Result) * sms));
   const int smem = 120 * 1024;
-  auto kernel = concurrent_kernel<kMma, kEpi>;
+  auto kernel = concurrent_kernel<kMma, kPattern>;
   MICRO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<sms, 256, smem>>>(out, 8, 8, 1e-3f);  // warm-up
   MICRO_CHECK(cudaGetLastError());
@@ -135,7 +220,7 @@ void run(const char* name, int sms, int epi_iters, int mma_products) {
   mma /= sms;
   epi /= sms;
   // 4 x m64n256k32 = 4.19 MFLOP per product.
-  std::printf("| %-28s | %s | %s | %.3f | %.0f | %g |\n", name,
+  std::printf("| %-40s | %s | %s | %.3f | %.0f | %g |\n", name.c_str(),
               kMma ? std::to_string(static_cast<int>(mma)).c_str() : "-",
               kEpi ? std::to_string(static_cast<int>(epi)).c_str() : "-", ms, products * 4.194304e6 / (ms * 1e9),
               static_cast<double>(host[0].acc0));
@@ -150,16 +235,25 @@ int main() {
   std::printf(
       "%d SMs; one product = 4 x wgmma m64n256k32 e4m3 (4.19 MFLOP), "
       "%d products per commit group; one "
-      "epilogue iteration = 128 FADD |x| + 128 FFMA per thread, one "
+      "pattern iteration = 256 instructions a thread (the sleeps aside), one "
       "warp per scheduler\n\n",
       sms, kChain);
   std::printf(
-      "| case | cycles per product | cycles per epilogue iteration | "
+      "| case | cycles per product | cycles per pattern iteration | "
       "kernel ms | TFLOP/s | acc[0] |\n|---|---|---|---|---|---|\n");
   for (int rep = 0; rep < 2; ++rep) {
-    run<true, false>("products alone", sms, 0, 4000);
-    run<false, true>("epilogue alone", sms, 4000, 0);
-    run<true, true>("both at once", sms, 4000, 0);
+    run<true, Pattern::kNone>(sms, 0, 4000);
+    run<false, Pattern::kReduction>(sms, 4000, 0);
+    run<true, Pattern::kReduction>(sms, 4000, 0);
+    run<false, Pattern::kOneRead>(sms, 4000, 0);
+    run<true, Pattern::kOneRead>(sms, 4000, 0);
+    run<false, Pattern::kInteger>(sms, 4000, 0);
+    run<true, Pattern::kInteger>(sms, 4000, 0);
+    run<false, Pattern::kMaxRelu>(sms, 4000, 0);
+    run<true, Pattern::kMaxRelu>(sms, 4000, 0);
+    run<false, Pattern::kHalfRate>(sms, 4000, 0);
+    run<true, Pattern::kHalfRate>(sms, 4000, 0);
+    run<true, Pattern::kIdle>(sms, 4000, 0);
   }
   return 0;
 }
