@@ -10,6 +10,16 @@
 //   score   = total * k_scale
 // x + |x| is 2x or 0 exactly and 0.5w is exact, so each term equals
 // w * relu(x); the form runs on FADD/FFMA at full rate instead of FMNMX.
+// One head in eight (alu_relu) takes relu(x) as an integer max on the
+// float's bits instead (IMNMX: a set sign bit gives +0) with the weight
+// 2 * (0.5 w): (2 * 0.5w) * x and 0.5w * 2x are the same exact product
+// before the FFMA's one rounding, so the bits are those of the all-FADD
+// form. Why: every FP32-pipe instruction issued beside the tensor core
+// costs its products about a cycle a scheduler, an integer one about 0.2
+// (tools/micro/epilogue_vs_wgmma); but the integer pipe runs at half
+// rate and slows 2x beside the products, so more integer relus make the
+// epilogue the warpgroup's critical path: all of them measured 1.197x, half
+// 1.013x, a quarter and an eighth 0.99x (docs/perf-log.md "Session 19").
 #pragma once
 
 #include <cstdint>
@@ -18,10 +28,14 @@
 
 namespace dsa::scoring {
 
+// Whether logit (g, e) of the fragment takes the integer relu (above).
+__device__ __forceinline__ constexpr bool alu_relu(int g, int e) { return e == 1 && g % 4 == 0; }
+
 template <int kHeads>
 struct HeadWeights {
   using S = Shape<kHeads>;
-  float half_w[S::kQueries][S::kHeadGroups][2];  // 0.5 * w[t0 + q][8g + 2*(lane%4) + e]
+  // 0.5 * w[t0 + q][8g + 2*(lane%4) + e], doubled back to w where alu_relu(g, e)
+  float half_w[S::kQueries][S::kHeadGroups][2];
 
   // From the unit's weights in shared memory ([query * H + head], already
   // halved and zero past T: the scheduler warp wrote them).
@@ -31,8 +45,8 @@ struct HeadWeights {
 #pragma unroll
       for (int g = 0; g < S::kHeadGroups; ++g) {
         const float2 pair = *reinterpret_cast<const float2*>(half_w_smem + q * kHeads + 8 * g + 2 * (lane % 4));
-        half_w[q][g][0] = pair.x;
-        half_w[q][g][1] = pair.y;
+        half_w[q][g][0] = alu_relu(g, 0) ? __fmul_rn(2.0f, pair.x) : pair.x;
+        half_w[q][g][1] = alu_relu(g, 1) ? __fmul_rn(2.0f, pair.y) : pair.y;
       }
     }
   }
@@ -56,7 +70,9 @@ __device__ __forceinline__ void reduce_heads(const float (&acc)[128], const Head
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float x = acc[4 * (q * S::kHeadGroups + g) + 2 * half + e];
-          sum = __fmaf_rn(w.half_w[q][g][e], __fadd_rn(x, fabsf(x)), sum);
+          // relu(x) against w, or 2 relu(x) against 0.5 w
+          const float r = alu_relu(g, e) ? __int_as_float(max(__float_as_int(x), 0)) : __fadd_rn(x, fabsf(x));
+          sum = __fmaf_rn(w.half_w[q][g][e], r, sum);
         }
       }
       sum = __fadd_rn(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, 1));
