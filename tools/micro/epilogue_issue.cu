@@ -48,14 +48,10 @@ __global__ void epilogue_kernel(float* out, long long* cycles, int iters, float 
       if constexpr (kKind == kFfmaOnly) {
         sum[s] = __fmaf_rn(r.w[g][e], r.acc[i], sum[s]);
       } else {
-        float t;
-        if constexpr (kKind == kFmnmx) {
-          t = fmaxf(r.acc[i], 0.0f);
-        } else if constexpr (kKind == kImnmx) {
-          t = __int_as_float(max(__float_as_int(r.acc[i]), 0));
-        } else {
-          t = __fadd_rn(r.acc[i], fabsf(r.acc[i]));
-        }
+        constexpr micro::Relu kRelu = kKind == kFmnmx   ? micro::Relu::kFmnmx
+                                      : kKind == kImnmx ? micro::Relu::kImnmx
+                                                        : micro::Relu::kFaddAbs;
+        const float t = micro::relu_form<kRelu>(r.acc[i]);
         r.acc[i] = t;
         sum[s] = __fmaf_rn(r.w[g][e], t, sum[s]);
       }

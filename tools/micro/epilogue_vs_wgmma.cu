@@ -78,11 +78,7 @@ __device__ __forceinline__ void pattern_pass(micro::EpilogueRegisters& r, float 
     micro::reduction_pass(r, sum);
     if constexpr (kPattern == Pattern::kHalfRate) __nanosleep(150);
   } else if constexpr (kPattern == Pattern::kMaxRelu) {
-    micro::for_each_value<false>([&](int q, int half, int g, int e, int i) {
-      const float t = fmaxf(r.acc[i], 0.0f);
-      r.acc[i] = t;  // written back, as in the reduction
-      sum[q * 2 + half] = __fmaf_rn(r.w[g][e], t, sum[q * 2 + half]);
-    });
+    micro::reduction_pass<false, micro::Relu::kFmnmx>(r, sum);
   } else if constexpr (kPattern == Pattern::kOneRead) {
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
@@ -227,6 +223,13 @@ void run(int sms, int epi_iters, int mma_products) {
   MICRO_CHECK(cudaFree(out));
 }
 
+// Pattern p alone, then beside the products (4000 iterations each).
+template <Pattern kPattern>
+void alone_and_beside_products(int sms) {
+  run<false, kPattern>(sms, 4000, 0);
+  run<true, kPattern>(sms, 4000, 0);
+}
+
 }  // namespace
 
 int main() {
@@ -243,16 +246,11 @@ int main() {
       "kernel ms | TFLOP/s | acc[0] |\n|---|---|---|---|---|---|\n");
   for (int rep = 0; rep < 2; ++rep) {
     run<true, Pattern::kNone>(sms, 0, 4000);
-    run<false, Pattern::kReduction>(sms, 4000, 0);
-    run<true, Pattern::kReduction>(sms, 4000, 0);
-    run<false, Pattern::kOneRead>(sms, 4000, 0);
-    run<true, Pattern::kOneRead>(sms, 4000, 0);
-    run<false, Pattern::kInteger>(sms, 4000, 0);
-    run<true, Pattern::kInteger>(sms, 4000, 0);
-    run<false, Pattern::kMaxRelu>(sms, 4000, 0);
-    run<true, Pattern::kMaxRelu>(sms, 4000, 0);
-    run<false, Pattern::kHalfRate>(sms, 4000, 0);
-    run<true, Pattern::kHalfRate>(sms, 4000, 0);
+    alone_and_beside_products<Pattern::kReduction>(sms);
+    alone_and_beside_products<Pattern::kOneRead>(sms);
+    alone_and_beside_products<Pattern::kInteger>(sms);
+    alone_and_beside_products<Pattern::kMaxRelu>(sms);
+    alone_and_beside_products<Pattern::kHalfRate>(sms);
     run<true, Pattern::kIdle>(sms, 4000, 0);
   }
   return 0;

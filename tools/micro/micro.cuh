@@ -52,13 +52,25 @@ __device__ __forceinline__ void for_each_value(Fn&& fn) {
   }
 }
 
-// One pass of the head reduction's pattern: t = x + |x|, x = t (writing t
-// back keeps ptxas from hoisting the FADDs out of a loop of passes),
-// sum[q][half] += w * t. 128 FADD + 128 FFMA per thread.
-template <bool kWeightPairs = false>
+// The relu forms the benchmarks compare: x + |x| (FADD, the kernel's, 2
+// relu(x)), FMNMX x, 0, and an integer max on the float's bits (IMNMX, the
+// integer pipe).
+enum class Relu { kFaddAbs, kFmnmx, kImnmx };
+
+template <Relu kRelu>
+__device__ __forceinline__ float relu_form(float x) {
+  if constexpr (kRelu == Relu::kFmnmx) return fmaxf(x, 0.0f);
+  if constexpr (kRelu == Relu::kImnmx) return __int_as_float(max(__float_as_int(x), 0));
+  return __fadd_rn(x, fabsf(x));
+}
+
+// One pass of the head reduction's pattern: t = relu_form(x), x = t
+// (writing t back keeps ptxas from hoisting the relus out of a loop of
+// passes), sum[q][half] += w * t. 128 relus + 128 FFMA per thread.
+template <bool kWeightPairs = false, Relu kRelu = Relu::kFaddAbs>
 __device__ __forceinline__ void reduction_pass(EpilogueRegisters& r, float (&sum)[8]) {
   for_each_value<kWeightPairs>([&](int q, int half, int g, int e, int i) {
-    const float t = __fadd_rn(r.acc[i], fabsf(r.acc[i]));
+    const float t = relu_form<kRelu>(r.acc[i]);
     r.acc[i] = t;
     sum[q * 2 + half] = __fmaf_rn(r.w[g][e], t, sum[q * 2 + half]);
   });
