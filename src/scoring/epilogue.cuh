@@ -14,12 +14,13 @@
 // float's bits instead (IMNMX: a set sign bit gives +0) with the weight
 // 2 * (0.5 w): (2 * 0.5w) * x and 0.5w * 2x are the same exact product
 // before the FFMA's one rounding, so finite logits keep the bits of the
-// all-FADD form (a NaN logit with its sign bit set counts as 0 there). Why: every FP32-pipe instruction issued beside the tensor core
-// costs its products about a cycle a scheduler, an integer one about 0.2
-// (tools/micro/epilogue_vs_wgmma); but the integer pipe runs at half
-// rate and slows 2x beside the products, so more integer relus make the
-// epilogue the warpgroup's critical path: all of them measured 1.197x, half
-// 1.013x, a quarter and an eighth 0.99x (docs/perf-log.md "Session 19").
+// all-FADD form (a NaN logit with its sign bit set counts as 0 there).
+// Why: every FP32-pipe instruction issued beside the tensor core costs its
+// products about a cycle a scheduler, an integer one about 0.2
+// (tools/micro/epilogue_vs_wgmma); but the integer pipe runs at half rate
+// and slows 2x beside the products, so more integer relus make the
+// epilogue the warpgroup's critical path: all of them measured 1.197x,
+// half 1.013x, a quarter and an eighth 0.99x (docs/perf-log.md "Session 19").
 #pragma once
 
 #include <cstdint>
