@@ -32,6 +32,12 @@ namespace dsa::scoring {
 // Whether logit (g, e) of the fragment takes the integer relu (above).
 __device__ __forceinline__ constexpr bool alu_relu(int g, int e) { return e == 1 && g % 4 == 0; }
 
+// The two relu forms (tools/micro measures these same functions):
+// 2 relu(x), exact, on the FP32 pipe (FADD) ...
+__device__ __forceinline__ float twice_relu_fadd(float x) { return __fadd_rn(x, fabsf(x)); }
+// ... and relu(x) on the integer pipe (IMNMX on the float's bits).
+__device__ __forceinline__ float relu_imnmx(float x) { return __int_as_float(max(__float_as_int(x), 0)); }
+
 template <int kHeads>
 struct HeadWeights {
   using S = Shape<kHeads>;
@@ -72,7 +78,7 @@ __device__ __forceinline__ void reduce_heads(const float (&acc)[128], const Head
         for (int e = 0; e < 2; ++e) {
           const float x = acc[4 * (q * S::kHeadGroups + g) + 2 * half + e];
           // relu(x) against w, or 2 relu(x) against 0.5 w
-          const float r = alu_relu(g, e) ? __int_as_float(max(__float_as_int(x), 0)) : __fadd_rn(x, fabsf(x));
+          const float r = alu_relu(g, e) ? relu_imnmx(x) : twice_relu_fadd(x);
           sum = __fmaf_rn(w.half_w[q][g][e], r, sum);
         }
       }

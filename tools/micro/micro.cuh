@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "scoring/epilogue.cuh"
+
 #define MICRO_CHECK(call)                                                                        \
   do {                                                                                           \
     const cudaError_t e = (call);                                                                \
@@ -60,8 +62,8 @@ enum class Relu { kFaddAbs, kFmnmx, kImnmx };
 template <Relu kRelu>
 __device__ __forceinline__ float relu_form(float x) {
   if constexpr (kRelu == Relu::kFmnmx) return fmaxf(x, 0.0f);
-  if constexpr (kRelu == Relu::kImnmx) return __int_as_float(max(__float_as_int(x), 0));
-  return __fadd_rn(x, fabsf(x));
+  if constexpr (kRelu == Relu::kImnmx) return dsa::scoring::relu_imnmx(x);
+  return dsa::scoring::twice_relu_fadd(x);
 }
 
 // One pass of the head reduction's pattern: t = relu_form(x), x = t
