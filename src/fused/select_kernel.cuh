@@ -103,10 +103,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   } else {
     for (int b = threadIdx.x; b < selection::device::kWindowBins; b += Threads) sh.emit.histogram[b] = 0;
   }
-  if (threadIdx.x == 0) {
-    sh.emitted = sh.window.resolve_count = 0;
-    sh.radix.least = 0xFFFFFFFFu;
-  }
+  if (threadIdx.x == 0) sh.emitted = 0;
   const std::uint64_t* area = a.candidates + t * a.capacity;
   const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
   std::uint32_t lo = 0xFFFFFFFFu, hi = 0;

@@ -184,10 +184,7 @@ __global__ void window_select(const std::uint32_t* keys, int n, bool smallest_in
     hi = max(hi, keys[i]);
   }
   for (int b = threadIdx.x; b < sd::kWindowBins; b += kThreads) emit.histogram[b] = 0;
-  if (threadIdx.x == 0) {
-    emitted = window.resolve_count = 0;
-    radix.least = 0xFFFFFFFFu;
-  }
+  if (threadIdx.x == 0) emitted = 0;
   range.publish(lo, hi);
   __syncthreads();
   range.gather(lo, hi);

@@ -39,7 +39,7 @@ struct WindowSelectShared {
   std::int32_t resolve_pos[kResolveCapacity];
   std::uint32_t warp_sums[kWarps];  // pick_striped_bin's
   BinPick pick;                     // pick_striped_bin's broadcast
-  std::uint32_t resolve_count;      // items gathered into resolve_*: 0 at entry
+  std::uint32_t resolve_count;      // items gathered into resolve_* (the select zeroes it)
 };
 
 template <int K>
@@ -96,8 +96,9 @@ class Emitter {
   //  - the bin is one key (more ties than that): the keys above it, then
   //    r ties (emit_ties);
   //  - else the next pass narrows the window to the bin.
-  // The histogram must be zero at entry and radix.least ~0 (the whole-bin
-  // ending's minimum); sh.resolve_count 0. Returns the k-th largest key in
+  // The histogram must be zero at entry (the caller zeroes it before one of
+  // its own barriers); the select sets its other state itself. Returns the
+  // k-th largest key in
   // warp 0 (every thread on the whole-bin and ties endings); out[] is
   // complete after the caller's next barrier. The caller's trace reads the
   // result from thread 0.
@@ -108,6 +109,12 @@ class Emitter {
     using Window = KeyWindow<kWindowBinBits>;
     Window w(lo, hi);
     std::uint32_t rank = k;  // inside w
+    // The whole-bin ending's minimum and the resolve's count, read only
+    // after the first pass's barrier.
+    if (threadIdx.x == 0) {
+      radix_.least = 0xFFFFFFFFu;
+      sh.resolve_count = 0;
+    }
     for (;;) {
       items([&](std::uint32_t key, std::int32_t, bool present) {
         if (present && w.holds(key)) atomicAdd(&histogram[w.bin(key)], 1u);

@@ -384,8 +384,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   const std::int32_t len = range.end - range.begin;
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
-    sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = sh.window.resolve_count = 0;
-    sh.radix.least = 0xFFFFFFFFu;  // select_and_emit_window's whole-bin ending
+    sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
   }
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
