@@ -574,8 +574,12 @@ int run_bench(const Args& args) {
     shapes = {{4096, 8192}, {4096, 16384}, {4096, 32768}, {4096, 65536}, {4096, 131072}, {512, 131072}, {64, 131072}};
   } else if (grid == "small") {
     shapes = {{64, 8192}, {16, 32768}, {4, 131072}};
+  } else if (grid == "decode") {
+    // Few query rows over long histories (decode batches, small prefill
+    // chunks): fewer rows than the device holds CTAs.
+    shapes = {{1, 131072}, {8, 131072}, {32, 131072}, {64, 131072}, {128, 131072}, {16, 32768}, {4, 1048576}};
   } else {
-    throw std::invalid_argument("--grid: expected small or h200, got '" + grid + "'");
+    throw std::invalid_argument("--grid: expected small, h200 or decode, got '" + grid + "'");
   }
   // The op, distributions and layout are checked before the ceilings are
   // measured (seconds on a GPU).

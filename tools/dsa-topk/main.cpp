@@ -29,7 +29,8 @@ common options:
   --relative                indices relative to ks
   --sorted --values
 bench options:
-  --grid small|h200         shape grid (h200: the grid of shared/h200.md)
+  --grid small|h200|decode  shape grid (h200: the grid of shared/h200.md; decode: 1-128
+                            rows of 32K-1M keys)
   --T N --N N               instead of a grid: one shape (--layout: one layout)
   --reps N                  timed repetitions (median reported)
   --json FILE               also write the results as JSON
