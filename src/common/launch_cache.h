@@ -11,7 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
+#include <tuple>
 
 #include "dsa_topk/dsa_topk.h"
 
@@ -51,12 +51,13 @@ class LaunchCache {
     return Status::Ok();
   }
 
-  // Runs set_up(int* value) -> Status once per (kernel, device) and returns
-  // the value it stored (e.g. CTAs per SM) on every call.
+  // Runs set_up(int* value) -> Status once per (kernel, device, tag) and
+  // returns the value it stored (e.g. CTAs per SM) on every call; the tag
+  // tells apart set-ups of one kernel that derive different values.
   template <class SetUp>
-  Status once(const void* kernel, int device, SetUp&& set_up, int* value) {
+  Status once(const void* kernel, int device, SetUp&& set_up, int* value, int tag = 0) {
     const std::lock_guard<std::mutex> lock(mu_);
-    const auto key = std::make_pair(kernel, device);
+    const auto key = std::make_tuple(kernel, device, tag);
     if (const auto it = done_.find(key); it != done_.end()) {
       *value = it->second;
       return Status::Ok();
@@ -89,7 +90,7 @@ class LaunchCache {
  private:
   std::mutex mu_;
   std::map<int, DeviceLimits> limits_;
-  std::map<std::pair<const void*, int>, int> done_;
+  std::map<std::tuple<const void*, int, int>, int> done_;
 };
 
 }  // namespace dsa

@@ -42,5 +42,24 @@ TEST(LaunchPlan, RowPrefetchEdges) {
   EXPECT_EQ(row_prefetch_bytes(1, 1, std::int64_t{1} << 40), std::uint32_t{1} << 30);
 }
 
+// The split kernel's cluster size: the largest of 2, 4, 8 whose clusters
+// hold every row at once; 1 when pairs do not.
+TEST(LaunchPlan, SplitClusterSize) {
+  const int clusters[3] = {132, 64, 28};  // of 2, 4 and 8 CTAs
+  EXPECT_EQ(split_cluster_size(1, clusters), 8);
+  EXPECT_EQ(split_cluster_size(28, clusters), 8);
+  EXPECT_EQ(split_cluster_size(29, clusters), 4);
+  EXPECT_EQ(split_cluster_size(64, clusters), 4);
+  EXPECT_EQ(split_cluster_size(65, clusters), 2);
+  EXPECT_EQ(split_cluster_size(132, clusters), 2);
+  EXPECT_EQ(split_cluster_size(133, clusters), 1);
+  EXPECT_EQ(split_cluster_size(4096, clusters), 1);
+  // A device that places no cluster of a size skips it.
+  const int no_eights[3] = {132, 64, 0};
+  EXPECT_EQ(split_cluster_size(1, no_eights), 4);
+  const int none[3] = {0, 0, 0};
+  EXPECT_EQ(split_cluster_size(1, none), 1);
+}
+
 }  // namespace
 }  // namespace dsa::selection::topk

@@ -39,9 +39,11 @@ using tools::ScoresProblem;
 constexpr int kAllK[] = {512, 1024, 2048};
 // The sampled kernel's geometries for K and rows of up to num_cols keys:
 // 512 threads a row (LongRows, and LongRows64K's smaller buffers for rows
-// it takes), and 1024 (one row per SM) where K allows it.
+// it takes), LongRows with each row split over a cluster (the size the
+// launcher picks for the test's few rows, at least 2; SplitRows* pin each
+// size), and 1024 (one row per SM) where K allows it.
 std::vector<TopkEngine> sampled_engines(int K, std::int64_t num_cols) {
-  std::vector<TopkEngine> e{TopkEngine::kSampled};
+  std::vector<TopkEngine> e{TopkEngine::kSampled, TopkEngine::kSampledSplit};
   if (num_cols <= selection::topk::LongRows64K::kMaxLen) e.push_back(TopkEngine::kSampled64K);
   if (K % selection::topk::WideRows::kThreads == 0) e.push_back(TopkEngine::kSampledWide);
   return e;
@@ -75,6 +77,7 @@ std::string engine_name(TopkEngine e) {
     case TopkEngine::kSampled: return "sampled";
     case TopkEngine::kSampled64K: return "sampled-64k";
     case TopkEngine::kSampledWide: return "sampled-wide";
+    case TopkEngine::kSampledSplit: return "sampled-split";
     case TopkEngine::kResident: return "resident";
     default: return "auto";
   }
@@ -450,7 +453,7 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
 // 8192, LongRows64K 4096): every key is a candidate and the certificate
 // holds.
 TEST(TopkGpu, ForcedAllPassFitsBuffer) {
-  for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K}) {
+  for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K, TopkEngine::kSampledSplit}) {
     tools::ProblemSpec spec;
     spec.layout = Layout::kFull;
     spec.T = 4;
@@ -479,7 +482,7 @@ TEST(TopkGpu, AllEqualRows) {
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kRelative, true);
-      for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K}) {
+      for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K, TopkEngine::kSampledSplit}) {
         SCOPED_TRACE(engine_name(engine));
         const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
         EXPECT_EXACT(prob, o, r.out);
@@ -580,9 +583,10 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
   }
 }
 
-// The design has no segments (one CTA reads the whole row into one buffer),
-// so "one segment flooded" maps to the top values concentrated in one
-// contiguous block: the whole top lies in one stretch of the row.
+// "One segment flooded": the top values concentrated in one contiguous
+// block, so the whole top lies in one stretch of the row (with the row
+// split over a cluster, in one CTA's part; SplitRowsFloodedPart pins each
+// cluster size).
 TEST(TopkGpu, ConcentratedTopValues) {
   const std::int64_t len = 200000;
   const ScoresProblem prob = custom_problem(2, len, [&](std::int64_t t, std::int64_t s) {
@@ -599,6 +603,107 @@ TEST(TopkGpu, ConcentratedTopValues) {
   }
 }
 
+// ------------------------------------------------------- split rows -------
+
+// A row split over a cluster of 2, 4 or 8 CTAs gives the answer of one CTA
+// on the whole row, and the same trace: the same samples and tau, the
+// cluster's summed counts, the same path and K-th key. `hooks` may force a
+// threshold; the split engine and its cluster size are set here.
+void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& o, TopkHooks hooks,
+                                const std::string& what) {
+  const GpuResult whole = run_gpu(prob, o, true, &hooks, TopkEngine::kSampled);
+  for (int ctas : {2, 4, selection::topk::kMaxSplit}) {
+    SCOPED_TRACE(what + ", " + std::to_string(ctas) + " CTAs a row");
+    hooks.split_ctas = ctas;
+    const GpuResult split = run_gpu(prob, o, true, &hooks, TopkEngine::kSampledSplit);
+    EXPECT_EXACT(prob, o, split.out);
+    for (std::int64_t t = 0; t < prob.T; ++t) {
+      const RowTrace& a = whole.trace[t];
+      const RowTrace& b = split.trace[t];
+      EXPECT_EQ(static_cast<int>(a.path), static_cast<int>(b.path)) << "row " << t;
+      EXPECT_EQ(a.threshold_key, b.threshold_key) << "row " << t;
+      EXPECT_EQ(a.count_gt, b.count_gt) << "row " << t;
+      EXPECT_EQ(a.count_eq, b.count_eq) << "row " << t;
+      EXPECT_EQ(a.kth_key, b.kth_key) << "row " << t;
+      EXPECT_EQ(a.threshold_passes, b.threshold_passes) << "row " << t;
+    }
+  }
+}
+
+// Every distribution and K on boundary lengths (parts of a few keys, and
+// empty parts at 8 CTAs) and on causal rows of up to 40000 keys.
+TEST(TopkGpu, SplitRowsEveryClusterSize) {
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : kAllK) {
+      for (auto [layout, N] : {std::pair{Layout::kBoundary, 3 * K + 77}, std::pair{Layout::kCausalSuffix, 40000}}) {
+        const ScoresProblem prob = testing::scores_problem(dist, layout, 12, N, K, 29 + K);
+        const SelectOptions o = make_options(K, K == 1024 ? TieBreak::kAny : TieBreak::kSmallestIndex,
+                                             IndexBase::kRelative, K != 1024);
+        expect_split_matches_whole(prob, o, TopkHooks{},
+                                   std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " N=" +
+                                       std::to_string(N));
+      }
+    }
+  }
+}
+
+// Every forced path with the row split: underflow with no candidates and
+// with some, the tie buffer merged from every part, overflow, the certified
+// all-pass row, and the one-compare filter's second pass (the cluster's
+// counts decide it, so every CTA filters again or none does).
+// Rows of at most 12000 keys (the sanitizers run this test).
+TEST(TopkGpu, SplitRowsForcedPaths) {
+  const std::int64_t len = 12000, copies = 4;
+  const ScoresProblem quads = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
+    return std::floor(scrambled(t, s, len) / copies);
+  });
+  const ScoresProblem tied = custom_problem(3, 9000, [&](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % 9000;
+    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
+  });
+  const ScoresProblem model = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, len, 2048, 1);
+  const ScoresProblem fits = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4,
+                                                     selection::topk::LongRows::kCandidateCapacity - 96, 2048, 1);
+  struct Case {
+    const ScoresProblem* prob;
+    float tau;  // NaN: the key 0xFFFFFFFF (no key reaches it)
+    const char* what;
+  };
+  const Case cases[] = {{&quads, std::nanf(""), "underflow, no candidates"},
+                        {&quads, static_cast<float>((len - 1024) / copies), "underflow with candidates and ties"},
+                        {&tied, 5.0f, "threshold tie"},
+                        {&model, -1e30f, "overflow"},
+                        {&fits, -1e30f, "every key a candidate, certified"}};
+  for (const Case& c : cases) {
+    for (bool tie_free : {false, true}) {
+      for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+        TopkHooks hooks;
+        hooks.force_threshold = true;
+        hooks.forced_threshold_key = std::isnan(c.tau) ? 0xFFFFFFFFu : score_key(c.tau);
+        hooks.forced_tau_tie_free = tie_free;
+        const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+        expect_split_matches_whole(*c.prob, o, hooks,
+                                   std::string(c.what) + (tie_free ? ", one-compare filter" : "") +
+                                       (ties == TieBreak::kAny ? ", any" : ", deterministic"));
+      }
+    }
+  }
+}
+
+// The whole top in one CTA's part (and, at 8 CTAs a row, parts with no
+// candidate at all), unforced.
+TEST(TopkGpu, SplitRowsFloodedPart) {
+  const std::int64_t len = 200000;
+  const ScoresProblem prob = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
+    const std::int64_t hot = 10000 + t * 60000;  // a different part in each row
+    return s >= hot && s < hot + 6000 ? 1000.0f + static_cast<float>(s % 977) : -static_cast<float>(s % 1009);
+  });
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, true);
+    expect_split_matches_whole(prob, o, TopkHooks{}, ties == TieBreak::kAny ? "any" : "deterministic");
+  }
+}
+
 // ------------------------------------------------------- threshold ---------
 
 // Every geometry keeps the CTAs per SM its shared plan is sized for; the
@@ -608,6 +713,7 @@ TEST(TopkGpu, SharedPlanFitsOccupancy) {
   namespace tk = selection::topk;
   for (int K : kAllK) {
     EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampled), tk::LongRows::kMinCtasPerSm) << "K=" << K;
+    EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledSplit), tk::LongRows::kMinCtasPerSm) << "K=" << K;
     if (K % tk::WideRows::kThreads == 0) {
       EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), tk::WideRows::kMinCtasPerSm) << "K=" << K;
     } else {
@@ -930,8 +1036,11 @@ TEST(TopkGpuLong, CausalBatch128K) {
   spec.N = 131072;
   const ScoresProblem prob = tools::make_scores_problem(spec);
   const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kRelative, false);
-  EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);  // 64 rows <= the SM count: the wide geometry
-  EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, TopkEngine::kSampled).out);
+  EXPECT_EXACT(prob, o, run_gpu(prob, o, true).out);  // 64 rows: the public call splits each over a cluster
+  for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampledWide}) {
+    SCOPED_TRACE(engine_name(engine));
+    EXPECT_EXACT(prob, o, run_gpu(prob, o, true, nullptr, engine).out);
+  }
 }
 
 }  // namespace

@@ -74,6 +74,22 @@ struct WideRows {
   static constexpr int kMinExpectedInTop = 16;
 };
 
+// A row split over a cluster of CTAs (topk_split_kernel, for launches of
+// fewer rows than the device holds CTAs): every CTA of the cluster takes
+// the same samples and threshold, filters its own part of the row into its
+// own buffers, and the cluster's rank 0 reads the others' counts and
+// candidates (distributed shared memory) and selects the row. At most
+// kMaxSplit CTAs a row (the portable cluster size).
+inline constexpr int kMaxSplit = 8;
+struct SplitShared {
+  const float* row;                       // the whole row (the filter reads this CTA's part)
+  std::int32_t len;
+  std::uint32_t greatest;                 // this CTA's greatest stored key (its filter's last pass)
+  std::uint32_t count_gt[kMaxSplit];      // every rank's counts, read by this CTA's warp 0
+  std::uint32_t count_eq[kMaxSplit];
+  std::uint32_t greatest_of[kMaxSplit];
+};
+
 // Repair sweeps over the row (rare paths) load one float4 per round.
 inline constexpr int kRepairLoadUnroll = 1;
 
@@ -147,6 +163,7 @@ struct Config {
     std::uint32_t count_gt;   // keys > tau in the row (exact)
     std::uint32_t count_eq;   // keys == tau in the row (exact)
     std::uint32_t emitted;    // slots of out[] handed out (kAny ties may pass K)
+    SplitShared split;        // topk_split_kernel only
   };
 };
 

@@ -26,4 +26,17 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
   return static_cast<std::uint32_t>(bytes & ~std::int64_t{15});
 }
 
+// CTAs a row for a launch of num_rows rows when the device holds
+// clusters[i] clusters of 2 << i CTAs of the split kernel at once (i = 0,
+// 1, 2: sizes 2, 4, 8): the largest size whose clusters take every row at
+// once, so a launch of few long rows spreads over the SMs (the filter
+// streams each part of a row from its own CTA); 1 (no split) when even
+// pairs do not fit in one wave.
+constexpr int split_cluster_size(std::int64_t num_rows, const int (&clusters)[3]) {
+  for (int i = 2; i >= 0; --i) {
+    if (num_rows <= clusters[i]) return 2 << i;
+  }
+  return 1;
+}
+
 }  // namespace dsa::selection::topk

@@ -29,6 +29,7 @@ struct Instance {
   int threads;
   int ctas_on_device;  // SMs x CTAs an SM
   int l2_bytes;
+  int cluster = 1;     // CTAs a row (topk_split_kernel when > 1)
 };
 
 // Sets the kernel's dynamic shared-memory size and the least carveout that
@@ -59,10 +60,64 @@ Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_
   return Status::Ok();
 }
 
+// Cluster launch configuration of `cluster` CTAs a row (attr: storage the
+// configuration points to).
+cudaLaunchConfig_t cluster_config(const Instance& inst, std::int64_t num_rows, CUstream_st* stream,
+                                  cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(num_rows * inst.cluster));
+  cfg.blockDim = dim3(static_cast<unsigned>(inst.threads));
+  cfg.dynamicSmemBytes = inst.smem_bytes;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(inst.cluster);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 template <int K, class G>
 Status prepare_sampled(int device, const DeviceLimits& limits, Instance* out) {
   return prepare(reinterpret_cast<const void*>(&topk_kernel<K, G>), sizeof(typename Config<K, G>::SharedStorage),
                  G::kThreads, G::kMinCtasPerSm, device, limits, out);
+}
+
+// The split kernel: prepare()'s set-up, and the cluster size for num_rows
+// rows (`forced`: 2, 4 or 8; 0 picks split_cluster_size's, at least 2 when
+// `at_least_two`). Sets out->cluster (1: the launch does not split).
+template <int K, class G>
+Status prepare_split(int device, const DeviceLimits& limits, std::int64_t num_rows, int forced, bool at_least_two,
+                     Instance* out) {
+  const void* kernel = reinterpret_cast<const void*>(&topk_split_kernel<K, G>);
+  Status st = prepare(kernel, sizeof(typename Config<K, G>::SharedStorage), G::kThreads, G::kMinCtasPerSm, device,
+                      limits, out);
+  if (!st.ok()) return st;
+  // Clusters of 2, 4 and 8 CTAs the device holds at once, 10 bits each.
+  int packed = 0;
+  st = LaunchCache::get().once(
+      kernel, device,
+      [&](int* value) -> Status {
+        *value = 0;
+        for (int i = 0; i < 3; ++i) {
+          Instance probe = *out;
+          probe.cluster = 2 << i;
+          cudaLaunchAttribute attr{};
+          const cudaLaunchConfig_t cfg = cluster_config(probe, 1, nullptr, &attr);
+          int clusters = 0;
+          const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+          if (err != cudaSuccess) return cuda_error(err, "reading the split kernel's cluster occupancy");
+          *value |= std::min(clusters, 1023) << (10 * i);
+        }
+        return Status::Ok();
+      },
+      &packed, /*tag=*/1);
+  if (!st.ok()) return st;
+  const int clusters[3] = {packed & 1023, (packed >> 10) & 1023, (packed >> 20) & 1023};
+  out->cluster = forced != 0 ? forced : split_cluster_size(num_rows, clusters);
+  if (at_least_two && out->cluster < 2) out->cluster = 2;
+  return Status::Ok();
 }
 
 template <int K, class R>
@@ -75,13 +130,14 @@ Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
 // Rows are at most num_cols long (known on the host without reading
 // ks/ke). Up to kResidentMaxLen the row fits shared memory: the resident
 // kernel, the geometry with the most rows per SM that holds it; longer rows
-// (or a pinned sampled engine) take the sampled kernel, at 1024 threads a
-// row when the launch has at most one row per SM (then each CTA is alone on
-// its SM and more threads keep more of the row in flight), else with
-// LongRows64K's smaller buffers up to 64K (more of the SM left to L1) and
-// LongRows beyond.
+// (or a pinned sampled engine) take the sampled kernel: split over a
+// cluster of CTAs when the launch's rows then still fit the device at once
+// (so few rows use every SM), else with LongRows64K's smaller buffers up to
+// 64K (more of the SM left to L1) and LongRows beyond. WideRows (1024
+// threads, one row an SM) took the launches of at most one row an SM
+// before the split; it stays as a pinned engine.
 template <int K>
-Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
+Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, int split_ctas, Instance* out) {
   constexpr bool kWideFits = K % WideRows::kThreads == 0;
   // A pinned engine whose rows are shorter than num_cols.
   const auto too_long = [num_cols](const char* what, std::int64_t max_len) -> Status {
@@ -95,6 +151,10 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   if (engine == TopkEngine::kSampled64K && num_cols > LongRows64K::kMaxLen) {
     return too_long("64K sampled geometry", LongRows64K::kMaxLen);
   }
+  if (split_ctas != 0 && split_ctas != 2 && split_ctas != 4 && split_ctas != kMaxSplit) {
+    return {StatusCode::kInvalidArgument, "topk: a row splits over 2, 4 or 8 CTAs (split_ctas " +
+                                              std::to_string(split_ctas) + ")"};
+  }
   if (engine == TopkEngine::kSampledWide && !kWideFits) {
     return {StatusCode::kInvalidArgument, "topk: the wide sampled geometry needs K >= " +
                                               std::to_string(WideRows::kThreads) + " (K " + std::to_string(K) + ")"};
@@ -103,15 +163,23 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   DeviceLimits limits;
   const Status st = LaunchCache::get().current(&device, &limits);
   if (!st.ok()) return st;
-  const bool sampled =
-      engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide || engine == TopkEngine::kSampled64K;
+  const bool sampled = engine == TopkEngine::kSampled || engine == TopkEngine::kSampledWide ||
+                       engine == TopkEngine::kSampled64K || engine == TopkEngine::kSampledSplit;
   if (!sampled && num_cols <= kResidentMaxLen) {
     return num_cols <= ResidentRows8K::kMaxLen ? prepare_resident<K, ResidentRows8K>(device, limits, out)
                                                : prepare_resident<K, ResidentRows16K>(device, limits, out);
   }
+  // (kAuto: only launches of at most one row for each pair of LongRows CTAs can split.)
+  const bool may_split = engine == TopkEngine::kSampledSplit ||
+                         (engine == TopkEngine::kAuto &&
+                          num_rows <= static_cast<std::int64_t>(limits.sm_count) * LongRows::kMinCtasPerSm / 2);
+  if (may_split) {
+    const bool pinned = engine == TopkEngine::kSampledSplit;
+    const Status split = prepare_split<K, LongRows>(device, limits, num_rows, pinned ? split_ctas : 0, pinned, out);
+    if (!split.ok() || out->cluster > 1) return split;
+  }
   if constexpr (kWideFits) {
-    const bool wide = engine == TopkEngine::kSampledWide || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count);
-    if (wide) return prepare_sampled<K, WideRows>(device, limits, out);
+    if (engine == TopkEngine::kSampledWide) return prepare_sampled<K, WideRows>(device, limits, out);
   }
   if (engine == TopkEngine::kSampled64K || (engine == TopkEngine::kAuto && num_cols <= LongRows64K::kMaxLen)) {
     return prepare_sampled<K, LongRows64K>(device, limits, out);
@@ -119,11 +187,12 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   return prepare_sampled<K, LongRows>(device, limits, out);
 }
 
-Status prepare_for(int k, std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, Instance* out) {
+Status prepare_for(int k, std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, int split_ctas,
+                   Instance* out) {
   switch (k) {
-    case 512: return prepare_for<512>(num_rows, num_cols, engine, out);
-    case 1024: return prepare_for<1024>(num_rows, num_cols, engine, out);
-    case 2048: return prepare_for<2048>(num_rows, num_cols, engine, out);
+    case 512: return prepare_for<512>(num_rows, num_cols, engine, split_ctas, out);
+    case 1024: return prepare_for<1024>(num_rows, num_cols, engine, split_ctas, out);
+    case 2048: return prepare_for<2048>(num_rows, num_cols, engine, split_ctas, out);
     default: return {StatusCode::kInternal, "topk: K " + std::to_string(k) + " has no kernel"};
   }
 }
@@ -134,10 +203,11 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
   if (params.num_rows == 0) return Status::Ok();
   Instance inst{};
   TopkEngine engine = hooks.engine;
-  if (hooks.force_threshold && engine != TopkEngine::kSampledWide && engine != TopkEngine::kSampled64K) {
+  if (hooks.force_threshold && engine != TopkEngine::kSampledWide && engine != TopkEngine::kSampled64K &&
+      engine != TopkEngine::kSampledSplit) {
     engine = TopkEngine::kSampled;
   }
-  const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, &inst);
+  const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, hooks.split_ctas, &inst);
   if (!st.ok()) return st;
   const KernelParams kp{params.scores,
                         params.score_stride,
@@ -154,17 +224,24 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.forced_tau_tie_free,
                         hooks.trace,
                         hooks.row_mask,
-                        row_prefetch_bytes(params.num_rows, inst.ctas_on_device, inst.l2_bytes)};
+                        row_prefetch_bytes(params.num_rows * inst.cluster, inst.ctas_on_device, inst.l2_bytes)};
   void* args[] = {const_cast<KernelParams*>(&kp)};
-  const cudaError_t err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)),
-                                           dim3(inst.threads), args, inst.smem_bytes, stream);
+  cudaError_t err = cudaSuccess;
+  if (inst.cluster > 1) {
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg = cluster_config(inst, params.num_rows, stream, &attr);
+    err = cudaLaunchKernelExC(&cfg, inst.kernel, args);
+  } else {
+    err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)), dim3(inst.threads), args,
+                           inst.smem_bytes, stream);
+  }
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, "kernel launch");
 }
 
 int topk_ctas_per_sm(int k, std::int64_t num_cols, TopkEngine engine) {
   Instance inst{};
   // kAuto: as for a launch of more rows than SMs.
-  if (!prepare_for(k, std::numeric_limits<std::int64_t>::max(), num_cols, engine, &inst).ok()) return -1;
+  if (!prepare_for(k, std::numeric_limits<std::int64_t>::max(), num_cols, engine, 0, &inst).ok()) return -1;
   int ctas = 0;
   const cudaError_t err =
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, inst.kernel, inst.threads, inst.smem_bytes);

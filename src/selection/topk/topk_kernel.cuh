@@ -9,6 +9,7 @@
 //   4. optional block radix sort, and the write-out of indices (and values).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -46,9 +47,10 @@ struct KernelParams {
   std::uint32_t prefetch_bytes;   // of its row's start a sampled CTA prefetches into L2 (a multiple of 16; topk.cu)
 };
 
-// The work of one CTA on one row (geometry G, config.h). Item sets (candidates, ties, row ranges) are
-// visitors: items(fn) makes every thread call fn(key, pos, present) the same
-// number of times, so fn may use warp collectives.
+// The work of one CTA on one row (geometry G, config.h), or of one CTA of a
+// cluster that splits the row (select_split). Item sets (candidates, ties,
+// row ranges) are visitors: items(fn) makes every thread call fn(key, pos,
+// present) the same number of times, so fn may use warp collectives.
 template <int K, class G>
 class RowSelect {
  public:
@@ -60,13 +62,145 @@ class RowSelect {
 
   // Rows with len > K: leaves the K winners in sh.out and returns the trace.
   __device__ RowTrace select() {
-    prefetch_row();
+    prefetch(0, len_);
     RowTrace trace{};
     bool tie_free = false;
     const std::uint32_t tau = threshold(trace, tie_free);
     bool ties_counted = true;
-    const std::uint32_t greatest = filter(tau, tie_free, ties_counted);
-    const std::uint32_t count_gt = sh_.count_gt, count_eq = sh_.count_eq;
+    const Totals totals = filter(tau, tie_free, ties_counted, Alone{sh_});
+    finish(trace, tau, totals, ties_counted);
+    return trace;
+  }
+
+  // select() for a row split over the CTAs of this CTA's cluster (one row a
+  // cluster, every CTA of it here): each takes the row's samples and
+  // threshold (the same tau: a function of the samples alone) and filters
+  // its own part of the row (segment()); the counts of every pass are the
+  // cluster's sums, so every CTA takes the same branches; rank 0 then
+  // copies the others' candidates and ties into its own buffers and
+  // selects. Returns true on rank 0 (the K winners in sh.out, the trace
+  // set), false on the others, which are done.
+  __device__ bool select_split(RowTrace& trace) {
+    const auto cluster = cooperative_groups::this_cluster();
+    const unsigned rank = cluster.block_rank(), size = cluster.num_blocks();
+    const std::int32_t begin = split_point(rank, size), end = split_point(rank + 1, size);
+    prefetch(begin, end - begin);
+    // The row's pointer and length wait in shared memory while the filter
+    // reads this CTA's part through row_ and len_ (kept in registers as
+    // well, they cost K < 2048 a spill); the threshold's barriers publish
+    // them.
+    if (threadIdx.x == 0) {
+      sh_.split.row = row_;
+      sh_.split.len = len_;
+    }
+    bool tie_free = false;
+    const std::uint32_t tau = threshold(trace, tie_free);
+    row_ += begin;
+    len_ = end - begin;
+    bool ties_counted = true;
+    const Totals totals = filter(tau, tie_free, ties_counted, Clustered{sh_});
+    row_ = sh_.split.row;
+    len_ = sh_.split.len;
+    if (cluster.block_rank() == 0) gather_split(totals, ties_counted, cluster.num_blocks());
+    cluster.sync();  // rank 0 has read the others' buffers: they may exit
+    if (cluster.block_rank() != 0) return false;
+    finish(trace, tau, totals, ties_counted);
+    return true;
+  }
+
+ private:
+  // What the filter found in the whole row (all CTAs of a split row).
+  struct Totals {
+    std::uint32_t count_gt;  // keys > tau
+    std::uint32_t count_eq;  // keys == tau (0 when not counted)
+    std::uint32_t greatest;  // the greatest key stored in a candidate buffer (0: none)
+  };
+
+  // A filter pass's counts -> the row's: one CTA's are the row's.
+  struct Alone {
+    Storage& sh;
+    __device__ Totals operator()(std::uint32_t greatest) const { return {sh.count_gt, sh.count_eq, greatest}; }
+    __device__ void before_reset() const { __syncthreads(); }  // every thread has read count_gt
+  };
+  // ... or the sums over the cluster's CTAs, read from each (warp 0, one
+  // lane a rank). Ends with a barrier; every CTA gets the same totals.
+  struct Clustered {
+    Storage& sh;
+    __device__ Totals operator()(std::uint32_t greatest) const {
+      const auto cluster = cooperative_groups::this_cluster();
+      const unsigned size = cluster.num_blocks();
+      if (threadIdx.x == 0) sh.split.greatest = greatest;
+      cluster.sync();  // every CTA's counts, buffers and greatest are written
+      if (threadIdx.x < size) {
+        const Storage* other = cluster.map_shared_rank(&sh, threadIdx.x);
+        sh.split.count_gt[threadIdx.x] = other->count_gt;
+        sh.split.count_eq[threadIdx.x] = other->count_eq;
+        sh.split.greatest_of[threadIdx.x] = other->split.greatest;
+      }
+      __syncthreads();
+      Totals t{0, 0, 0};
+      for (unsigned r = 0; r < size; ++r) {
+        t.count_gt += sh.split.count_gt[r];
+        t.count_eq += sh.split.count_eq[r];
+        t.greatest = max(t.greatest, sh.split.greatest_of[r]);
+      }
+      return t;
+    }
+    // Every CTA has read every other's counts before any resets its own.
+    __device__ void before_reset() const { cooperative_groups::this_cluster().sync(); }
+  };
+
+  // The start of rank r's part of the row among `size`: r * len / size,
+  // moved up to the next 128-byte boundary of the row's memory (each part's
+  // loads then start on whole lines); 0 for rank 0, len for rank `size`.
+  __device__ std::int32_t split_point(unsigned r, unsigned size) const {
+    if (r == 0) return 0;
+    if (r >= size) return len_;
+    constexpr std::int64_t kLine = 128 / sizeof(float);
+    const auto base = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(row_) / sizeof(float)) % kLine);
+    const std::int64_t even = static_cast<std::int64_t>(len_) * r / size;
+    const std::int64_t aligned = (base + even + kLine - 1) / kLine * kLine - base;
+    return static_cast<std::int32_t>(aligned < len_ ? aligned : len_);
+  }
+
+  // Rank 0 of a split row: the other ranks' candidates (when the row's all
+  // fit the buffer, so each rank stored all of its own) and ties (when the
+  // row needs them; each rank stored up to the tie capacity) appended to
+  // its own, positions moved from the rank's part to the row. Ends with a
+  // barrier.
+  __device__ void gather_split(const Totals& totals, bool ties_counted, unsigned size) {
+    const auto cluster = cooperative_groups::this_cluster();
+    const bool candidates = totals.count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity);
+    const bool ties = ties_counted && totals.count_gt < K;
+    auto& own = sh_.phase.candidates;
+    std::uint32_t at_gt = sh_.split.count_gt[0];
+    std::uint32_t at_eq = min(sh_.split.count_eq[0], static_cast<std::uint32_t>(Cfg::kTieCapacity));
+    for (unsigned r = 1; r < size; ++r) {
+      const Storage* other = cluster.map_shared_rank(&sh_, r);
+      const std::int32_t shift = split_point(r, size);
+      if (candidates) {
+        const std::uint32_t n = sh_.split.count_gt[r];
+        for (std::uint32_t i = threadIdx.x; i < n; i += G::kThreads) {
+          own.keys[at_gt + i] = other->phase.candidates.keys[i];
+          own.pos[at_gt + i] = other->phase.candidates.pos[i] + shift;
+        }
+        at_gt += n;
+      }
+      if (ties) {
+        const std::uint32_t n = min(sh_.split.count_eq[r], static_cast<std::uint32_t>(Cfg::kTieCapacity));
+        for (std::uint32_t i = threadIdx.x; i < n && at_eq + i < Cfg::kTieCapacity; i += G::kThreads) {
+          sh_.tie_pos[at_eq + i] = other->tie_pos[i] + shift;
+        }
+        at_eq = min(at_eq + n, static_cast<std::uint32_t>(Cfg::kTieCapacity));
+      }
+    }
+    __syncthreads();
+  }
+
+  // Steps 3-5 once the filter's totals are known: the path they prove exact,
+  // its selection and emission into sh.out.
+  __device__ void finish(RowTrace& trace, std::uint32_t tau, const Totals& totals, bool ties_counted) {
+    const std::uint32_t count_gt = totals.count_gt, count_eq = totals.count_eq, greatest = totals.greatest;
     trace.threshold_key = tau;
     trace.count_gt = count_gt;
     trace.count_eq = ties_counted ? count_eq : kUncounted;
@@ -111,25 +245,14 @@ class RowSelect {
       emit_if(tie_items(count_eq, tau), all);
       trace.kth_key = select_and_emit(row_items(0, tau - 1), K - count_gt - count_eq);
     }
-    return trace;
   }
 
-  // Thread 0 starts one bulk L2 prefetch of the row's first
-  // p.prefetch_bytes (its whole 16-byte units): the copy engine fetches
-  // them from DRAM while the CTA takes its samples and threshold, and the
-  // filter's loads then hit L2 (docs/perf-log.md "Session 16").
-  __device__ void prefetch_row() const {
-    if (threadIdx.x != 0) return;
-    const auto begin = (reinterpret_cast<std::uintptr_t>(row_) + 15) & ~std::uintptr_t{15};
-    const auto body_end = reinterpret_cast<std::uintptr_t>(row_ + len_) & ~std::uintptr_t{15};
-    sm90::prefetch_l2_bulk(begin, body_end < begin + p_.prefetch_bytes ? body_end : begin + p_.prefetch_bytes);
-  }
-
+ public:
   // Rows with len <= K: every position, then padding.
   __device__ void direct() { device::emit_whole_row<K, G::kThreads>(sh_.out, row_, len_); }
 
   // sh.out (K order keys) -> indices/values of the row, sorted if asked.
-  __device__ void write_out(std::int64_t row_index, std::int32_t ks) {
+  __device__ void write_out(std::int64_t row_index, std::int32_t ks) const {
     const float* row = row_;
     device::write_row<K, G::kThreads, typename Cfg::BlockSort>(
         sh_.out, sh_.phase.sort, p_.indices + row_index * K,
@@ -140,6 +263,18 @@ class RowSelect {
  private:
   static constexpr std::uint32_t kMaxKey = std::numeric_limits<std::uint32_t>::max();
   static constexpr std::uint32_t kUncounted = std::numeric_limits<std::uint32_t>::max();  // RowTrace::count_eq
+
+  // Thread 0 starts one bulk L2 prefetch of the first p.prefetch_bytes (its
+  // whole 16-byte units) of the row's positions [begin, begin + len): the
+  // copy engine fetches them from DRAM while the CTA takes its samples and
+  // threshold, and the filter's loads then hit L2 (docs/perf-log.md
+  // "Session 16").
+  __device__ void prefetch(std::int32_t begin, std::int32_t len) const {
+    if (threadIdx.x != 0) return;
+    const auto first = (reinterpret_cast<std::uintptr_t>(row_ + begin) + 15) & ~std::uintptr_t{15};
+    const auto body_end = reinterpret_cast<std::uintptr_t>(row_ + begin + len) & ~std::uintptr_t{15};
+    sm90::prefetch_l2_bulk(first, body_end < first + p_.prefetch_bytes ? body_end : first + p_.prefetch_bytes);
+  }
 
   // S: enough samples that e = S*K/len >= G::kMinExpectedInTop (then the
   // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
@@ -257,23 +392,26 @@ class RowSelect {
     }
   }
 
-  // Step 2: one pass over the row; exact counts land in sh.count_gt/count_eq.
-  // Returns the greatest key stored in the candidate buffer (every thread;
-  // 0 when none). With tie_free (threshold()) and a float tau, the pass
-  // first compares once an element (keys > tau only: ~2.5 of ~5 instructions
-  // an element, docs/perf-log.md "Session 11"); if that finds fewer than K,
-  // which the sampled rank makes a ~4-sigma miss, the row is filtered again
-  // with both compares. ties_counted: sh.count_eq holds the row's ties (else
-  // count_gt >= K, and the ties were not looked at).
-  __device__ std::uint32_t filter(std::uint32_t tau, bool tie_free, bool& ties_counted) {
+  // Step 2: one pass over row_ (the row, or this CTA's part of a split row:
+  // the stored positions are the part's); exact counts land in
+  // sh.count_gt/count_eq, and `totals` (Alone or Clustered) turns them
+  // into the row's. Returns the row's counts and the greatest
+  // key stored in a candidate buffer (every thread; 0 when none). With
+  // tie_free (threshold()) and a float tau, the pass first compares once an
+  // element (keys > tau only: ~2.5 of ~5 instructions an element,
+  // docs/perf-log.md "Session 11"); if that finds fewer than K, which the
+  // sampled rank makes a ~4-sigma miss, the row is filtered again with both
+  // compares. ties_counted: count_eq holds the row's ties (else count_gt >=
+  // K, and the ties were not looked at).
+  template <class RowTotals>
+  __device__ Totals filter(std::uint32_t tau, bool tie_free, bool& ties_counted, const RowTotals& totals) {
     // The candidates' select histogram (select_and_emit_window), zero at
     // its first pass: out[] is not written before the emission.
     for (int b = threadIdx.x; b < device::kWindowBins; b += G::kThreads) sh_.select_histogram[b] = 0;
     const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
                                      static_cast<std::uint32_t>(G::kCandidateCapacity),
                                      &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
-    std::uint32_t greatest = 0;
-    // One pass; ends with a barrier, the counts and `greatest` then visible.
+    // One pass; ends with a barrier, the totals then known to every thread.
     const auto pass = [&](auto ties, const auto& threshold) {
       device::FilterTally tally;
       device::for_each_row_batch<G::kThreads, G::kLoadUnroll>(row_, len_, [&](const auto& batch) {
@@ -287,29 +425,26 @@ class RowSelect {
       }
       sh_.key_range.publish(0, tally.greatest);  // the samples' range is no longer read
       __syncthreads();
-      std::uint32_t least = 0;
+      std::uint32_t least = 0, greatest = 0;
       sh_.key_range.gather(least, greatest);
+      return totals(greatest);
     };
     using WithTies = std::true_type;
     using WithoutTies = std::false_type;
     ties_counted = true;
-    if (!device::float_comparable(tau)) {
-      pass(WithTies{}, device::KeyThreshold{tau});
-      return greatest;
-    }
+    if (!device::float_comparable(tau)) return pass(WithTies{}, device::KeyThreshold{tau});
     const device::FloatThreshold threshold{key_score(tau)};
     if (tie_free) {
-      pass(WithoutTies{}, threshold);
-      if (sh_.count_gt >= K) {  // the same for every thread
+      const Totals once = pass(WithoutTies{}, threshold);
+      if (once.count_gt >= K) {  // the same for every thread
         ties_counted = false;
-        return greatest;
+        return once;
       }
-      __syncthreads();  // every thread has read count_gt
+      totals.before_reset();
       if (threadIdx.x == 0) sh_.gt_slots = sh_.count_gt = 0;
       __syncthreads();
     }
-    pass(WithTies{}, threshold);
-    return greatest;
+    return pass(WithTies{}, threshold);
   }
 
   // The first n stored candidates (n <= capacity).
@@ -369,16 +504,24 @@ class RowSelect {
 
   Storage& sh_;
   const KernelParams& p_;
-  const float* row_;   // scores of positions 0 .. len-1 (key index ks + pos)
+  const float* row_;   // scores of positions 0 .. len-1 (key index ks + pos); a split row's filter: its part
   std::int32_t len_;
 };
 
-template <int K, class G>
-__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(const KernelParams p) {
+// One row a CTA (kSplit false), or one row a cluster (kSplit: the row's
+// CTAs are consecutive blocks, rank 0 writes the result).
+template <int K, class G, bool kSplit>
+__device__ __forceinline__ void topk_row(const KernelParams& p) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Config<K, G>::SharedStorage*>(smem);
-  const std::int64_t t = blockIdx.x;
-  if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread
+  unsigned rank = 0;
+  std::int64_t t = blockIdx.x;
+  if constexpr (kSplit) {
+    const auto cluster = cooperative_groups::this_cluster();
+    rank = cluster.block_rank();
+    t = blockIdx.x / cluster.num_blocks();
+  }
+  if (p.row_mask != nullptr && p.row_mask[t] == 0) return;  // the same for every thread of the cluster
   const RowRange range = row_range(p.ks, p.ke, nullptr, t, p.num_cols);
   const std::int32_t ks = range.begin;
   const std::int32_t len = range.end - range.begin;
@@ -388,13 +531,28 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(con
   }
   RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
+    if (rank != 0) return;  // no other CTA of the cluster reads this one
     row.direct();
+  } else if constexpr (kSplit) {
+    if (!row.select_split(trace)) return;
   } else {
     trace = row.select();
   }
   __syncthreads();  // sh.out is complete
   row.write_out(t, ks);
   if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
+}
+
+template <int K, class G>
+__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(const KernelParams p) {
+  topk_row<K, G, false>(p);
+}
+
+// Launched with a cluster of 2 to kMaxSplit CTAs a row (grid = rows x
+// cluster size).
+template <int K, class G>
+__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_split_kernel(const KernelParams p) {
+  topk_row<K, G, true>(p);
 }
 
 }  // namespace dsa::selection::topk
