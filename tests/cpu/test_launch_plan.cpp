@@ -42,23 +42,32 @@ TEST(LaunchPlan, RowPrefetchEdges) {
   EXPECT_EQ(row_prefetch_bytes(1, 1, std::int64_t{1} << 40), std::uint32_t{1} << 30);
 }
 
-// The split kernel's cluster size: the largest of 2, 4, 8 whose clusters
-// hold every row at once; 1 when pairs do not.
+// The split kernel's cluster size: the largest of 2, 4, 8, 16 whose
+// clusters hold every row at once with parts of at least kMinSplitPart
+// keys; 1 when none does.
 TEST(LaunchPlan, SplitClusterSize) {
-  const int clusters[3] = {132, 64, 28};  // of 2, 4 and 8 CTAs
-  EXPECT_EQ(split_cluster_size(1, clusters), 8);
-  EXPECT_EQ(split_cluster_size(28, clusters), 8);
-  EXPECT_EQ(split_cluster_size(29, clusters), 4);
-  EXPECT_EQ(split_cluster_size(64, clusters), 4);
-  EXPECT_EQ(split_cluster_size(65, clusters), 2);
-  EXPECT_EQ(split_cluster_size(132, clusters), 2);
-  EXPECT_EQ(split_cluster_size(133, clusters), 1);
-  EXPECT_EQ(split_cluster_size(4096, clusters), 1);
+  const int clusters[kSplitSizes] = {66, 32, 16, 8};  // of 2, 4, 8 and 16 CTAs, one an SM
+  const std::int64_t n = 8 * kMinSplitPart;
+  EXPECT_EQ(split_cluster_size(1, 16 * kMinSplitPart, clusters), 16);
+  EXPECT_EQ(split_cluster_size(8, 16 * kMinSplitPart, clusters), 16);
+  EXPECT_EQ(split_cluster_size(9, 16 * kMinSplitPart, clusters), 8);
+  EXPECT_EQ(split_cluster_size(1, n, clusters), 8);
+  EXPECT_EQ(split_cluster_size(16, n, clusters), 8);
+  EXPECT_EQ(split_cluster_size(17, n, clusters), 4);
+  EXPECT_EQ(split_cluster_size(32, n, clusters), 4);
+  EXPECT_EQ(split_cluster_size(33, n, clusters), 2);
+  EXPECT_EQ(split_cluster_size(66, n, clusters), 2);
+  EXPECT_EQ(split_cluster_size(67, n, clusters), 1);
+  EXPECT_EQ(split_cluster_size(4096, n, clusters), 1);
+  // Shorter rows take fewer, longer parts.
+  EXPECT_EQ(split_cluster_size(1, n - 1, clusters), 4);
+  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart, clusters), 2);
+  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart - 1, clusters), 1);
   // A device that places no cluster of a size skips it.
-  const int no_eights[3] = {132, 64, 0};
-  EXPECT_EQ(split_cluster_size(1, no_eights), 4);
-  const int none[3] = {0, 0, 0};
-  EXPECT_EQ(split_cluster_size(1, none), 1);
+  const int no_eights[kSplitSizes] = {66, 32, 0, 0};
+  EXPECT_EQ(split_cluster_size(1, n, no_eights), 4);
+  const int none[kSplitSizes] = {0, 0, 0, 0};
+  EXPECT_EQ(split_cluster_size(1, n, none), 1);
 }
 
 }  // namespace

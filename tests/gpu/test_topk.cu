@@ -39,13 +39,16 @@ using tools::ScoresProblem;
 constexpr int kAllK[] = {512, 1024, 2048};
 // The sampled kernel's geometries for K and rows of up to num_cols keys:
 // 512 threads a row (LongRows, and LongRows64K's smaller buffers for rows
-// it takes), LongRows with each row split over a cluster (the size the
-// launcher picks for the test's few rows, at least 2; SplitRows* pin each
-// size), and 1024 (one row per SM) where K allows it.
+// it takes), and 1024 (one row per SM) where K allows it, alone and with
+// each row split over a cluster (the size the launcher picks for the
+// test's few rows, at least 2; SplitRows* pin each size).
 std::vector<TopkEngine> sampled_engines(int K, std::int64_t num_cols) {
-  std::vector<TopkEngine> e{TopkEngine::kSampled, TopkEngine::kSampledSplit};
+  std::vector<TopkEngine> e{TopkEngine::kSampled};
   if (num_cols <= selection::topk::LongRows64K::kMaxLen) e.push_back(TopkEngine::kSampled64K);
-  if (K % selection::topk::WideRows::kThreads == 0) e.push_back(TopkEngine::kSampledWide);
+  if (K % selection::topk::WideRows::kThreads == 0) {
+    e.push_back(TopkEngine::kSampledWide);
+    e.push_back(TopkEngine::kSampledSplit);
+  }
   return e;
 }
 // The candidate buffer of a sampled engine's geometry.
@@ -53,7 +56,8 @@ std::int64_t candidate_capacity(TopkEngine e) {
   namespace tk = selection::topk;
   switch (e) {
     case TopkEngine::kSampled64K: return tk::LongRows64K::kCandidateCapacity;
-    case TopkEngine::kSampledWide: return tk::WideRows::kCandidateCapacity;
+    case TopkEngine::kSampledWide:
+    case TopkEngine::kSampledSplit: return tk::WideRows::kCandidateCapacity;
     default: return tk::LongRows::kCandidateCapacity;
   }
 }
@@ -482,7 +486,7 @@ TEST(TopkGpu, AllEqualRows) {
   for (int K : kAllK) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kRelative, true);
-      for (TopkEngine engine : {TopkEngine::kSampled, TopkEngine::kSampled64K, TopkEngine::kSampledSplit}) {
+      for (TopkEngine engine : sampled_engines(K, prob.N)) {
         SCOPED_TRACE(engine_name(engine));
         const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
         EXPECT_EXACT(prob, o, r.out);
@@ -605,14 +609,14 @@ TEST(TopkGpu, ConcentratedTopValues) {
 
 // ------------------------------------------------------- split rows -------
 
-// A row split over a cluster of 2, 4 or 8 CTAs gives the answer of one CTA
+// A row split over a cluster of 2, 4, 8 or 16 CTAs gives the answer of one CTA
 // on the whole row, and the same trace: the same samples and tau, the
 // cluster's summed counts, the same path and K-th key. `hooks` may force a
 // threshold; the split engine and its cluster size are set here.
 void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& o, TopkHooks hooks,
                                 const std::string& what) {
   const GpuResult whole = run_gpu(prob, o, true, &hooks, TopkEngine::kSampled);
-  for (int ctas : {2, 4, selection::topk::kMaxSplit}) {
+  for (int ctas : {2, 4, 8, selection::topk::kMaxSplit}) {
     SCOPED_TRACE(what + ", " + std::to_string(ctas) + " CTAs a row");
     hooks.split_ctas = ctas;
     const GpuResult split = run_gpu(prob, o, true, &hooks, TopkEngine::kSampledSplit);
@@ -630,11 +634,12 @@ void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& 
   }
 }
 
-// Every distribution and K on boundary lengths (parts of a few keys, and
-// empty parts at 8 CTAs) and on causal rows of up to 40000 keys.
+// Every distribution and K the split takes (K >= 1024) on boundary lengths
+// (parts of a few keys, and empty parts at 16 CTAs) and on causal rows of
+// up to 40000 keys.
 TEST(TopkGpu, SplitRowsEveryClusterSize) {
   for (Distribution dist : tools::all_distributions()) {
-    for (int K : kAllK) {
+    for (int K : {1024, 2048}) {
       for (auto [layout, N] : {std::pair{Layout::kBoundary, 3 * K + 77}, std::pair{Layout::kCausalSuffix, 40000}}) {
         const ScoresProblem prob = testing::scores_problem(dist, layout, 12, N, K, 29 + K);
         const SelectOptions o = make_options(K, K == 1024 ? TieBreak::kAny : TieBreak::kSmallestIndex,
@@ -690,8 +695,8 @@ TEST(TopkGpu, SplitRowsForcedPaths) {
   }
 }
 
-// The whole top in one CTA's part (and, at 8 CTAs a row, parts with no
-// candidate at all), unforced.
+// The whole top in one CTA's part (and, at 8 and 16 CTAs a row, parts with
+// no candidate at all), unforced.
 TEST(TopkGpu, SplitRowsFloodedPart) {
   const std::int64_t len = 200000;
   const ScoresProblem prob = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
@@ -713,11 +718,12 @@ TEST(TopkGpu, SharedPlanFitsOccupancy) {
   namespace tk = selection::topk;
   for (int K : kAllK) {
     EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampled), tk::LongRows::kMinCtasPerSm) << "K=" << K;
-    EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledSplit), tk::LongRows::kMinCtasPerSm) << "K=" << K;
-    if (K % tk::WideRows::kThreads == 0) {
-      EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), tk::WideRows::kMinCtasPerSm) << "K=" << K;
-    } else {
-      EXPECT_EQ(tk::topk_ctas_per_sm(K, 1 << 20, TopkEngine::kSampledWide), -1) << "K=" << K;
+    for (TopkEngine wide : {TopkEngine::kSampledWide, TopkEngine::kSampledSplit}) {
+      if (K % tk::WideRows::kThreads == 0) {
+        EXPECT_GE(tk::topk_ctas_per_sm(K, 1 << 20, wide), tk::WideRows::kMinCtasPerSm) << "K=" << K;
+      } else {
+        EXPECT_EQ(tk::topk_ctas_per_sm(K, 1 << 20, wide), -1) << "K=" << K;
+      }
     }
     EXPECT_GE(tk::topk_ctas_per_sm(K, tk::LongRows64K::kMaxLen), tk::LongRows64K::kMinCtasPerSm) << "K=" << K;
     EXPECT_GE(tk::topk_ctas_per_sm(K, 4096, TopkEngine::kSampled64K), tk::LongRows64K::kMinCtasPerSm) << "K=" << K;

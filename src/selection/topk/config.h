@@ -79,8 +79,8 @@ struct WideRows {
 // the same samples and threshold, filters its own part of the row into its
 // own buffers, and the cluster's rank 0 reads the others' counts and
 // candidates (distributed shared memory) and selects the row. At most
-// kMaxSplit CTAs a row (the portable cluster size).
-inline constexpr int kMaxSplit = 8;
+// kMaxSplit CTAs a row (twice the portable cluster size; launch_plan.h).
+inline constexpr int kMaxSplit = 16;
 struct SplitShared {
   const float* row;                       // the whole row (the filter reads this CTA's part)
   std::int32_t len;

@@ -26,15 +26,23 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
   return static_cast<std::uint32_t>(bytes & ~std::int64_t{15});
 }
 
-// CTAs a row for a launch of num_rows rows when the device holds
-// clusters[i] clusters of 2 << i CTAs of the split kernel at once (i = 0,
-// 1, 2: sizes 2, 4, 8): the largest size whose clusters take every row at
-// once, so a launch of few long rows spreads over the SMs (the filter
-// streams each part of a row from its own CTA); 1 (no split) when even
-// pairs do not fit in one wave.
-constexpr int split_cluster_size(std::int64_t num_rows, const int (&clusters)[3]) {
-  for (int i = 2; i >= 0; --i) {
-    if (num_rows <= clusters[i]) return 2 << i;
+// The least part of a split row a CTA filters: below it the cluster's
+// exchanges cost more than the shorter filter saves.
+inline constexpr std::int64_t kMinSplitPart = 16384;
+
+// Cluster sizes of a split row: 2 << i CTAs for i < kSplitSizes (2 to 16).
+inline constexpr int kSplitSizes = 4;
+
+// CTAs a row for a launch of num_rows rows of up to num_cols keys when the
+// device holds clusters[i] clusters of 2 << i CTAs of the split kernel at
+// once (one CTA an SM): the largest size whose clusters take every row at
+// once and leave each CTA at least kMinSplitPart keys, so a launch of few
+// long rows spreads over the SMs (the filter streams each part of a row on
+// its own SM); 1 (no split) when no size does.
+constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, const int (&clusters)[kSplitSizes]) {
+  for (int i = kSplitSizes - 1; i >= 0; --i) {
+    const int size = 2 << i;
+    if (num_rows <= clusters[i] && num_cols >= size * kMinSplitPart) return size;
   }
   return 1;
 }

@@ -85,37 +85,37 @@ Status prepare_sampled(int device, const DeviceLimits& limits, Instance* out) {
 }
 
 // The split kernel: prepare()'s set-up, and the cluster size for num_rows
-// rows (`forced`: 2, 4 or 8; 0 picks split_cluster_size's, at least 2 when
-// `at_least_two`). Sets out->cluster (1: the launch does not split).
+// rows of up to num_cols keys (`forced`: 2, 4, 8 or 16; 0 picks
+// split_cluster_size's, at least 2 when `at_least_two`). Sets out->cluster
+// (1: the launch does not split).
+static_assert(kMaxSplit == 2 << (kSplitSizes - 1), "the shared plan holds the largest cluster's counts");
 template <int K, class G>
-Status prepare_split(int device, const DeviceLimits& limits, std::int64_t num_rows, int forced, bool at_least_two,
-                     Instance* out) {
+Status prepare_split(int device, const DeviceLimits& limits, std::int64_t num_rows, std::int64_t num_cols, int forced,
+                     bool at_least_two, Instance* out) {
   const void* kernel = reinterpret_cast<const void*>(&topk_split_kernel<K, G>);
   Status st = prepare(kernel, sizeof(typename Config<K, G>::SharedStorage), G::kThreads, G::kMinCtasPerSm, device,
                       limits, out);
   if (!st.ok()) return st;
-  // Clusters of 2, 4 and 8 CTAs the device holds at once, 10 bits each.
-  int packed = 0;
-  st = LaunchCache::get().once(
-      kernel, device,
-      [&](int* value) -> Status {
-        *value = 0;
-        for (int i = 0; i < 3; ++i) {
+  // The clusters of each size the device holds at once (16 CTAs is past the
+  // portable size, allowed per kernel; a device that places none gets 0).
+  int clusters[kSplitSizes] = {};
+  for (int i = 0; i < kSplitSizes && st.ok(); ++i) {
+    st = LaunchCache::get().once(
+        kernel, device,
+        [&](int* value) -> Status {
+          cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+          if (err != cudaSuccess) return cuda_error(err, "allowing the split kernel's largest clusters");
           Instance probe = *out;
           probe.cluster = 2 << i;
           cudaLaunchAttribute attr{};
           const cudaLaunchConfig_t cfg = cluster_config(probe, 1, nullptr, &attr);
-          int clusters = 0;
-          const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-          if (err != cudaSuccess) return cuda_error(err, "reading the split kernel's cluster occupancy");
-          *value |= std::min(clusters, 1023) << (10 * i);
-        }
-        return Status::Ok();
-      },
-      &packed, /*tag=*/1);
+          err = cudaOccupancyMaxActiveClusters(value, kernel, &cfg);
+          return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reading the split kernel's cluster occupancy");
+        },
+        &clusters[i], /*tag=*/1 + i);
+  }
   if (!st.ok()) return st;
-  const int clusters[3] = {packed & 1023, (packed >> 10) & 1023, (packed >> 20) & 1023};
-  out->cluster = forced != 0 ? forced : split_cluster_size(num_rows, clusters);
+  out->cluster = forced != 0 ? forced : split_cluster_size(num_rows, num_cols, clusters);
   if (at_least_two && out->cluster < 2) out->cluster = 2;
   return Status::Ok();
 }
@@ -130,12 +130,12 @@ Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
 // Rows are at most num_cols long (known on the host without reading
 // ks/ke). Up to kResidentMaxLen the row fits shared memory: the resident
 // kernel, the geometry with the most rows per SM that holds it; longer rows
-// (or a pinned sampled engine) take the sampled kernel: split over a
-// cluster of CTAs when the launch's rows then still fit the device at once
-// (so few rows use every SM), else with LongRows64K's smaller buffers up to
-// 64K (more of the SM left to L1) and LongRows beyond. WideRows (1024
-// threads, one row an SM) took the launches of at most one row an SM
-// before the split; it stays as a pinned engine.
+// (or a pinned sampled engine) take the sampled kernel, at 1024 threads a
+// row when the launch has at most one row per SM (then each CTA is alone on
+// its SM and more threads keep more of the row in flight), each row split
+// over a cluster of such CTAs when the rows are few and long enough
+// (split_cluster_size), else with LongRows64K's smaller buffers up to 64K
+// (more of the SM left to L1) and LongRows beyond.
 template <int K>
 Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engine, int split_ctas, Instance* out) {
   constexpr bool kWideFits = K % WideRows::kThreads == 0;
@@ -151,11 +151,11 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
   if (engine == TopkEngine::kSampled64K && num_cols > LongRows64K::kMaxLen) {
     return too_long("64K sampled geometry", LongRows64K::kMaxLen);
   }
-  if (split_ctas != 0 && split_ctas != 2 && split_ctas != 4 && split_ctas != kMaxSplit) {
-    return {StatusCode::kInvalidArgument, "topk: a row splits over 2, 4 or 8 CTAs (split_ctas " +
+  if (split_ctas != 0 && (split_ctas < 2 || split_ctas > kMaxSplit || (split_ctas & (split_ctas - 1)) != 0)) {
+    return {StatusCode::kInvalidArgument, "topk: a row splits over 2, 4, 8 or 16 CTAs (split_ctas " +
                                               std::to_string(split_ctas) + ")"};
   }
-  if (engine == TopkEngine::kSampledWide && !kWideFits) {
+  if ((engine == TopkEngine::kSampledWide || engine == TopkEngine::kSampledSplit) && !kWideFits) {
     return {StatusCode::kInvalidArgument, "topk: the wide sampled geometry needs K >= " +
                                               std::to_string(WideRows::kThreads) + " (K " + std::to_string(K) + ")"};
   }
@@ -169,17 +169,15 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
     return num_cols <= ResidentRows8K::kMaxLen ? prepare_resident<K, ResidentRows8K>(device, limits, out)
                                                : prepare_resident<K, ResidentRows16K>(device, limits, out);
   }
-  // (kAuto: only launches of at most one row for each pair of LongRows CTAs can split.)
-  const bool may_split = engine == TopkEngine::kSampledSplit ||
-                         (engine == TopkEngine::kAuto &&
-                          num_rows <= static_cast<std::int64_t>(limits.sm_count) * LongRows::kMinCtasPerSm / 2);
-  if (may_split) {
-    const bool pinned = engine == TopkEngine::kSampledSplit;
-    const Status split = prepare_split<K, LongRows>(device, limits, num_rows, pinned ? split_ctas : 0, pinned, out);
-    if (!split.ok() || out->cluster > 1) return split;
-  }
   if constexpr (kWideFits) {
-    if (engine == TopkEngine::kSampledWide) return prepare_sampled<K, WideRows>(device, limits, out);
+    if (engine == TopkEngine::kSampledSplit || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count)) {
+      const bool pinned = engine == TopkEngine::kSampledSplit;
+      const Status split =
+          prepare_split<K, WideRows>(device, limits, num_rows, num_cols, pinned ? split_ctas : 0, pinned, out);
+      if (!split.ok() || out->cluster > 1) return split;
+    }
+    const bool wide = engine == TopkEngine::kSampledWide || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count);
+    if (wide) return prepare_sampled<K, WideRows>(device, limits, out);
   }
   if (engine == TopkEngine::kSampled64K || (engine == TopkEngine::kAuto && num_cols <= LongRows64K::kMaxLen)) {
     return prepare_sampled<K, LongRows64K>(device, limits, out);

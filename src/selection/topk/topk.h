@@ -27,16 +27,16 @@ enum class RowPath : std::uint32_t {
 // Which kernel runs the rows (TopkHooks::engine).
 enum class TopkEngine {
   kAuto,         // the resident kernel for num_cols <= kResidentMaxLen, else
-                 //   sampled: split over clusters when the rows fit the device
-                 //   at 2 or more CTAs a row (launch_plan.h), else LongRows64K
-                 //   up to its kMaxLen, LongRows beyond
+                 //   sampled: wide when num_rows <= the SM count and K >= 1024
+                 //   (split over clusters when the rows are few and long enough,
+                 //   launch_plan.h), LongRows64K up to its kMaxLen, LongRows beyond
   kSampled,      // the sampled-threshold kernel (topk_kernel.cuh) at any length,
                  //   512 threads a row (LongRows)
   kSampled64K,   // the sampled kernel with LongRows64K's smaller buffers;
                  //   num_cols must be <= LongRows64K::kMaxLen
   kSampledWide,  // the sampled kernel at 1024 threads a row (WideRows); K >= 1024
-  kSampledSplit, // the sampled kernel (LongRows) with each row split over a cluster
-                 //   of TopkHooks::split_ctas CTAs (0: as kAuto picks, at least 2)
+  kSampledSplit, // the wide sampled kernel with each row split over a cluster of
+                 //   TopkHooks::split_ctas CTAs (0: as kAuto picks, at least 2); K >= 1024
   kResident,     // the resident kernel; num_cols must be <= kResidentMaxLen
 };
 
@@ -72,7 +72,7 @@ struct TopkHooks {
   // the sampled kernel has a threshold to force; kAuto and kResident become
   // kSampled).
   TopkEngine engine = TopkEngine::kAuto;
-  // kSampledSplit's CTAs a row: 2, 4 or 8 (kMaxSplit), or 0 to pick.
+  // kSampledSplit's CTAs a row: 2, 4, 8 or 16 (kMaxSplit), or 0 to pick.
   int split_ctas = 0;
 };
 
