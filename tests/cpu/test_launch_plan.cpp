@@ -59,10 +59,13 @@ TEST(LaunchPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(66, n, clusters), 2);
   EXPECT_EQ(split_cluster_size(67, n, clusters), 1);
   EXPECT_EQ(split_cluster_size(4096, n, clusters), 1);
-  // Shorter rows take fewer, longer parts.
+  // Shorter rows take fewer, longer parts; rows of at most kMinSplitRow
+  // keys are not split.
+  static_assert(kMinSplitRow == 4 * kMinSplitPart, "the cases below");
   EXPECT_EQ(split_cluster_size(1, n - 1, clusters), 4);
-  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart, clusters), 2);
-  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart - 1, clusters), 1);
+  EXPECT_EQ(split_cluster_size(1, kMinSplitRow + 1, clusters), 4);
+  EXPECT_EQ(split_cluster_size(1, kMinSplitRow, clusters), 1);
+  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart, clusters), 1);
   // A device that places no cluster of a size skips it.
   const int no_eights[kSplitSizes] = {66, 32, 0, 0};
   EXPECT_EQ(split_cluster_size(1, n, no_eights), 4);

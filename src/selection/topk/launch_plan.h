@@ -26,8 +26,12 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
   return static_cast<std::uint32_t>(bytes & ~std::int64_t{15});
 }
 
-// The least part of a split row a CTA filters: below it the cluster's
-// exchanges cost more than the shorter filter saves.
+// Which launches split their rows (measured on the H200 against one
+// 1024-thread CTA a row, docs/perf-log.md "Session 21"): rows longer than
+// kMinSplitRow keys (16 x 32K in two parts was 1.17x slower, 16 x 64K in
+// four unchanged; 4 x 1M in 16 parts 0.47x, 1-32 x 128K in 8 parts
+// 0.89-0.93x), in parts of at least kMinSplitPart keys.
+inline constexpr std::int64_t kMinSplitRow = 65536;
 inline constexpr std::int64_t kMinSplitPart = 16384;
 
 // Cluster sizes of a split row: 2 << i CTAs for i < kSplitSizes (2 to 16).
@@ -38,8 +42,10 @@ inline constexpr int kSplitSizes = 4;
 // once (one CTA an SM): the largest size whose clusters take every row at
 // once and leave each CTA at least kMinSplitPart keys, so a launch of few
 // long rows spreads over the SMs (the filter streams each part of a row on
-// its own SM); 1 (no split) when no size does.
+// its own SM); 1 (no split) when no size does, or for rows of at most
+// kMinSplitRow keys.
 constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, const int (&clusters)[kSplitSizes]) {
+  if (num_cols <= kMinSplitRow) return 1;
   for (int i = kSplitSizes - 1; i >= 0; --i) {
     const int size = 2 << i;
     if (num_rows <= clusters[i] && num_cols >= size * kMinSplitPart) return size;
