@@ -44,14 +44,14 @@ TEST(LaunchPlan, RowPrefetchEdges) {
 
 // The split kernel's cluster size: the largest of 2, 4, 8, 16 whose
 // clusters hold every row at once with parts of at least kMinSplitPart
-// keys; 1 when none does.
+// keys; 1 when none does, and for rows of at most kMinSplitRow keys.
 TEST(LaunchPlan, SplitClusterSize) {
   const int clusters[kSplitSizes] = {66, 32, 16, 8};  // of 2, 4, 8 and 16 CTAs, one an SM
-  const std::int64_t n = 8 * kMinSplitPart;
-  EXPECT_EQ(split_cluster_size(1, 16 * kMinSplitPart, clusters), 16);
-  EXPECT_EQ(split_cluster_size(8, 16 * kMinSplitPart, clusters), 16);
-  EXPECT_EQ(split_cluster_size(9, 16 * kMinSplitPart, clusters), 8);
-  EXPECT_EQ(split_cluster_size(1, n, clusters), 8);
+  const std::int64_t n = 16 * kMinSplitPart;
+  static_assert(n > kMinSplitRow, "the cases below");
+  EXPECT_EQ(split_cluster_size(1, n, clusters), 16);
+  EXPECT_EQ(split_cluster_size(8, n, clusters), 16);
+  EXPECT_EQ(split_cluster_size(9, n, clusters), 8);
   EXPECT_EQ(split_cluster_size(16, n, clusters), 8);
   EXPECT_EQ(split_cluster_size(17, n, clusters), 4);
   EXPECT_EQ(split_cluster_size(32, n, clusters), 4);
@@ -61,14 +61,13 @@ TEST(LaunchPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(4096, n, clusters), 1);
   // Shorter rows take fewer, longer parts; rows of at most kMinSplitRow
   // keys are not split.
-  static_assert(kMinSplitRow == 4 * kMinSplitPart, "the cases below");
-  EXPECT_EQ(split_cluster_size(1, n - 1, clusters), 4);
-  EXPECT_EQ(split_cluster_size(1, kMinSplitRow + 1, clusters), 4);
+  EXPECT_EQ(split_cluster_size(1, n - 1, clusters), 8);
+  EXPECT_EQ(split_cluster_size(1, 8 * kMinSplitPart, clusters), 8);
+  EXPECT_EQ(split_cluster_size(1, kMinSplitRow + 1, clusters), kMinSplitRow / kMinSplitPart);
   EXPECT_EQ(split_cluster_size(1, kMinSplitRow, clusters), 1);
-  EXPECT_EQ(split_cluster_size(1, 2 * kMinSplitPart, clusters), 1);
   // A device that places no cluster of a size skips it.
-  const int no_eights[kSplitSizes] = {66, 32, 0, 0};
-  EXPECT_EQ(split_cluster_size(1, n, no_eights), 4);
+  const int no_sixteens[kSplitSizes] = {66, 32, 16, 0};
+  EXPECT_EQ(split_cluster_size(1, n, no_sixteens), 8);
   const int none[kSplitSizes] = {0, 0, 0, 0};
   EXPECT_EQ(split_cluster_size(1, n, none), 1);
 }

@@ -28,11 +28,12 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 
 // Which launches split their rows (measured on the H200 against one
 // 1024-thread CTA a row, docs/perf-log.md "Session 21"): rows longer than
-// kMinSplitRow keys (16 x 32K in two parts was 1.17x slower, 16 x 64K in
-// four unchanged; 4 x 1M in 16 parts 0.47x, 1-32 x 128K in 8 parts
-// 0.89-0.93x), in parts of at least kMinSplitPart keys.
-inline constexpr std::int64_t kMinSplitRow = 65536;
-inline constexpr std::int64_t kMinSplitPart = 16384;
+// kMinSplitRow keys, in parts of at least kMinSplitPart keys. 4 x 1M in 16
+// parts took 0.36-0.49x the time on every distribution; at 128K the split
+// was even (1-128 rows in 2-8 parts: 0.85-1.05x between runs, the spread
+// of one side alone), and 16 x 32K in two parts 1.17x slower.
+inline constexpr std::int64_t kMinSplitRow = 131072;
+inline constexpr std::int64_t kMinSplitPart = 32768;
 
 // Cluster sizes of a split row: 2 << i CTAs for i < kSplitSizes (2 to 16).
 inline constexpr int kSplitSizes = 4;
