@@ -75,7 +75,7 @@ class RowSelect {
   // select() for a row split over the CTAs of this CTA's cluster (one row a
   // cluster, every CTA of it here): each takes the row's samples and
   // threshold (the same tau: a function of the samples alone) and filters
-  // its own part of the row (segment()); the counts of every pass are the
+  // its own part of the row (split_point); the counts of every pass are the
   // cluster's sums, so every CTA takes the same branches; rank 0 then
   // copies the others' candidates and ties into its own buffers and
   // selects. Returns true on rank 0 (the K winners in sh.out, the trace
@@ -86,9 +86,9 @@ class RowSelect {
     const std::int32_t begin = split_point(rank, size), end = split_point(rank + 1, size);
     prefetch(begin, end - begin);
     // The row's pointer and length wait in shared memory while the filter
-    // reads this CTA's part through row_ and len_ (kept in registers as
-    // well, they cost K < 2048 a spill); the threshold's barriers publish
-    // them.
+    // reads this CTA's part through row_ and len_ (held in registers across
+    // the filter as well, they spilled in a build with LongRows CTAs at K =
+    // 512 and 1024); the threshold's barriers publish them.
     if (threadIdx.x == 0) {
       sh_.split.row = row_;
       sh_.split.len = len_;
