@@ -168,6 +168,24 @@ float scrambled(std::int64_t t, std::int64_t s, std::int64_t len) {
   return static_cast<float>((s * 7919 + t * 104729) % len);
 }
 
+// T rows of len scores in which every value comes `copies` times (ties at
+// every cut): floor(scrambled / copies), values 0 .. len / copies - 1.
+ScoresProblem repeated_values(std::int64_t T, std::int64_t len, std::int64_t copies) {
+  return custom_problem(T, len, [len, copies](std::int64_t t, std::int64_t s) {
+    return std::floor(scrambled(t, s, len) / static_cast<float>(copies));
+  });
+}
+
+// T rows of 9000 scores: 1000 distinct large ones, 1500 copies of 5.0, the
+// rest below, in a row-dependent order.
+constexpr std::int64_t kTiedLen = 9000;
+ScoresProblem tied_at_five(std::int64_t T) {
+  return custom_problem(T, kTiedLen, [](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % kTiedLen;
+    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
+  });
+}
+
 void expect_paths(const GpuResult& r, const ScoresProblem& prob, int K, RowPath want) {
   for (std::int64_t t = 0; t < prob.T; ++t) {
     const RowPath got = r.trace[t].path;
@@ -404,9 +422,7 @@ TEST(TopkGpu, ForcedUnderflowNoCandidates) {
 TEST(TopkGpu, ForcedUnderflowPartialCandidates) {
   const int K = 2048;
   const std::int64_t len = 50000, copies = 4, top_value = len / copies - 1;
-  const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
-    return std::floor(scrambled(t, s, len) / copies);  // every value `copies` times: ties at every cut
-  });
+  const ScoresProblem prob = repeated_values(3, len, copies);
   const std::int64_t tau_value = (len - K / 2) / copies;
   TopkHooks hooks;
   hooks.force_threshold = true;
@@ -508,12 +524,8 @@ TEST(TopkGpu, AllEqualRows) {
 // deterministic cut runs over the tie buffer.
 TEST(TopkGpu, ForcedThresholdTieInBuffer) {
   const int K = 2048;
-  const std::int64_t len = 9000;
-  // 1000 distinct large scores, 1500 copies of 5.0, the rest below.
-  const ScoresProblem prob = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
-    const std::int64_t r = (s * 7919 + t * 13) % len;
-    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
-  });
+  const std::int64_t len = kTiedLen;
+  const ScoresProblem prob = tied_at_five(3);
   TopkHooks hooks;
   hooks.force_threshold = true;
   hooks.forced_threshold_key = score_key(5.0f);
@@ -558,21 +570,14 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
   };
   // Every value 4 times; tau with K / 2 keys above it and 4 equal: underflow.
   const std::int64_t len = 50000, copies = 4, top_value = len / copies - 1;
-  const ScoresProblem quads = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
-    return std::floor(scrambled(t, s, len) / copies);
-  });
+  const ScoresProblem quads = repeated_values(3, len, copies);
   const std::int64_t tau_value = (len - 1024) / copies;
   run(quads, 2048, static_cast<float>(tau_value), RowPath::kUnderflow,
       static_cast<std::uint32_t>(copies * (top_value - tau_value)), static_cast<std::uint32_t>(copies),
       sampled_engines(2048, len));
   // 1000 distinct large scores and 1500 copies of 5.0: the K-th key is tau
   // (kAny: the tie buffer; smallest-index: its cut, the ties fit the buffer).
-  const std::int64_t short_len = 9000;
-  const ScoresProblem tied = custom_problem(3, short_len, [&](std::int64_t t, std::int64_t s) {
-    const std::int64_t r = (s * 7919 + t * 13) % short_len;
-    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
-  });
-  run(tied, 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500, sampled_engines(2048, short_len));
+  run(tied_at_five(3), 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500, sampled_engines(2048, kTiedLen));
   // Every key above tau: certified where the buffer holds the row (LongRows
   // and WideRows 8192, LongRows64K 4096), overflow where it does not; the
   // ties are not counted.
@@ -660,13 +665,8 @@ TEST(TopkGpu, SplitRowsEveryClusterSize) {
 // under racecheck on the H200, 100 launches of up to 16 CTAs a row).
 TEST(TopkGpu, SplitRowsForcedPaths) {
   const std::int64_t len = 12000, copies = 4;
-  const ScoresProblem quads = custom_problem(3, len, [&](std::int64_t t, std::int64_t s) {
-    return std::floor(scrambled(t, s, len) / copies);
-  });
-  const ScoresProblem tied = custom_problem(3, 9000, [&](std::int64_t t, std::int64_t s) {
-    const std::int64_t r = (s * 7919 + t * 13) % 9000;
-    return r < 1000 ? 100.0f + static_cast<float>(r) : r < 2500 ? 5.0f : -static_cast<float>(r);
-  });
+  const ScoresProblem quads = repeated_values(3, len, copies);
+  const ScoresProblem tied = tied_at_five(3);
   const ScoresProblem model = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, len, 2048, 1);
   const ScoresProblem fits = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4,
                                                      selection::topk::LongRows::kCandidateCapacity - 96, 2048, 1);
