@@ -65,6 +65,8 @@ TEST(LaunchPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(1, 8 * kMinSplitPart, clusters), 8);
   EXPECT_EQ(split_cluster_size(1, kMinSplitRow + 1, clusters), kMinSplitRow / kMinSplitPart);
   EXPECT_EQ(split_cluster_size(1, kMinSplitRow, clusters), 1);
+  EXPECT_FALSE(rows_may_split(kMinSplitRow));
+  EXPECT_TRUE(rows_may_split(kMinSplitRow + 1));
   // A device that places no cluster of a size skips it.
   const int no_sixteens[kSplitSizes] = {66, 32, 16, 0};
   EXPECT_EQ(split_cluster_size(1, n, no_sixteens), 8);

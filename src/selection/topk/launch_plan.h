@@ -35,6 +35,10 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 inline constexpr std::int64_t kMinSplitRow = 131072;
 inline constexpr std::int64_t kMinSplitPart = 32768;
 
+// Whether rows of up to num_cols keys may split at all (the launcher asks
+// before it reads the device's cluster occupancy).
+constexpr bool rows_may_split(std::int64_t num_cols) { return num_cols > kMinSplitRow; }
+
 // Cluster sizes of a split row: 2 << i CTAs for i < kSplitSizes (2 to 16).
 inline constexpr int kSplitSizes = 4;
 
@@ -46,7 +50,7 @@ inline constexpr int kSplitSizes = 4;
 // its own SM); 1 (no split) when no size does, or for rows of at most
 // kMinSplitRow keys.
 constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, const int (&clusters)[kSplitSizes]) {
-  if (num_cols <= kMinSplitRow) return 1;
+  if (!rows_may_split(num_cols)) return 1;
   for (int i = kSplitSizes - 1; i >= 0; --i) {
     const int size = 2 << i;
     if (num_rows <= clusters[i] && num_cols >= size * kMinSplitPart) return size;

@@ -170,14 +170,14 @@ Status prepare_for(std::int64_t num_rows, std::int64_t num_cols, TopkEngine engi
                                                : prepare_resident<K, ResidentRows16K>(device, limits, out);
   }
   if constexpr (kWideFits) {
-    if (engine == TopkEngine::kSampledSplit || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count)) {
+    const bool few_rows = engine == TopkEngine::kAuto && num_rows <= limits.sm_count;
+    if (engine == TopkEngine::kSampledSplit || (few_rows && rows_may_split(num_cols))) {
       const bool pinned = engine == TopkEngine::kSampledSplit;
       const Status split =
           prepare_split<K, WideRows>(device, limits, num_rows, num_cols, pinned ? split_ctas : 0, pinned, out);
       if (!split.ok() || out->cluster > 1) return split;
     }
-    const bool wide = engine == TopkEngine::kSampledWide || (engine == TopkEngine::kAuto && num_rows <= limits.sm_count);
-    if (wide) return prepare_sampled<K, WideRows>(device, limits, out);
+    if (engine == TopkEngine::kSampledWide || few_rows) return prepare_sampled<K, WideRows>(device, limits, out);
   }
   if (engine == TopkEngine::kSampled64K || (engine == TopkEngine::kAuto && num_cols <= LongRows64K::kMaxLen)) {
     return prepare_sampled<K, LongRows64K>(device, limits, out);
