@@ -619,9 +619,10 @@ TEST(TopkGpu, ConcentratedTopValues) {
 // cluster's summed counts, the same path and K-th key. `hooks` may force a
 // threshold; the split engine and its cluster size are set here.
 void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& o, TopkHooks hooks,
-                                const std::string& what) {
+                                const std::string& what,
+                                const std::vector<int>& cluster_sizes = {2, 4, 8, selection::topk::kMaxSplit}) {
   const GpuResult whole = run_gpu(prob, o, true, &hooks, TopkEngine::kSampled);
-  for (int ctas : {2, 4, 8, selection::topk::kMaxSplit}) {
+  for (int ctas : cluster_sizes) {
     SCOPED_TRACE(what + ", " + std::to_string(ctas) + " CTAs a row");
     hooks.split_ctas = ctas;
     const GpuResult split = run_gpu(prob, o, true, &hooks, TopkEngine::kSampledSplit);
@@ -637,6 +638,20 @@ void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& 
       EXPECT_EQ(a.threshold_passes, b.threshold_passes) << "row " << t;
     }
   }
+}
+
+// Every split step in a few launches, for racecheck (SplitRowsForcedPaths
+// takes ~6 minutes under it): the one-compare filter's second pass and the
+// ties' push (tau forced at the tied value), and the candidates' push.
+TEST(TopkGpu, SplitRowsFewLaunches) {
+  TopkHooks hooks;
+  hooks.force_threshold = true;
+  hooks.forced_threshold_key = score_key(5.0f);
+  hooks.forced_tau_tie_free = true;
+  const SelectOptions o = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  expect_split_matches_whole(tied_at_five(1), o, hooks, "threshold tie, one-compare filter", {2, 16});
+  const ScoresProblem model = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 1, 12000, 2048, 1);
+  expect_split_matches_whole(model, o, TopkHooks{}, "model-like", {2, 16});
 }
 
 // Every distribution and K the split takes (K >= 1024) on boundary lengths

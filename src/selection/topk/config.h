@@ -77,17 +77,19 @@ struct WideRows {
 // A row split over a cluster of CTAs (topk_split_kernel, for launches of
 // fewer rows than the device holds CTAs): every CTA of the cluster takes
 // the same samples and threshold, filters its own part of the row into its
-// own buffers, and the cluster's rank 0 reads the others' counts and
-// candidates (distributed shared memory) and selects the row. At most
-// kMaxSplit CTAs a row (twice the portable cluster size; launch_plan.h).
+// own buffers; the ranks write their counts into each other's tables and
+// their candidates into rank 0's buffers (distributed shared memory), and
+// rank 0 selects the row. At most kMaxSplit CTAs a row (twice the
+// portable cluster size; launch_plan.h).
 inline constexpr int kMaxSplit = 16;
 struct SplitShared {
-  const float* row;                       // the whole row (the filter reads this CTA's part)
+  const float* row;  // the whole row (the filter reads this CTA's part)
   std::int32_t len;
-  std::uint32_t greatest;                 // this CTA's greatest stored key (its filter's last pass)
-  std::uint32_t count_gt[kMaxSplit];      // every rank's counts, read by this CTA's warp 0
+  // Every rank's counts of the filter's last pass, written by each rank
+  // into every rank's table (the cluster barrier after them publishes).
+  std::uint32_t count_gt[kMaxSplit];
   std::uint32_t count_eq[kMaxSplit];
-  std::uint32_t greatest_of[kMaxSplit];
+  std::uint32_t greatest_of[kMaxSplit];  // the greatest key each rank stored
 };
 
 // Repair sweeps over the row (rare paths) load one float4 per round.

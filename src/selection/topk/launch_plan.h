@@ -32,7 +32,7 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 // parts took 0.36-0.49x the time on every distribution; at 128K the split
 // was even (1-128 rows in 2-8 parts: 0.85-1.05x between runs, the spread
 // of one side alone), and 16 x 32K in two parts 1.17x slower.
-inline constexpr std::int64_t kMinSplitRow = 131072;
+inline constexpr std::int64_t kMinSplitRow = 65536;  // MEASURING: 128K rows split
 inline constexpr std::int64_t kMinSplitPart = 32768;
 
 // Whether rows of up to num_cols keys may split at all (the launcher asks

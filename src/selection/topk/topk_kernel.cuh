@@ -76,8 +76,8 @@ class RowSelect {
   // cluster, every CTA of it here): each takes the row's samples and
   // threshold (the same tau: a function of the samples alone) and filters
   // its own part of the row (split_point); the counts of every pass are the
-  // cluster's sums, so every CTA takes the same branches; rank 0 then
-  // copies the others' candidates and ties into its own buffers and
+  // cluster's sums, so every CTA takes the same branches; the others then
+  // write their candidates and ties into rank 0's buffers, and rank 0
   // selects. Returns true on rank 0 (the K winners in sh.out, the trace
   // set), false on the others, which are done.
   __device__ bool select_split(RowTrace& trace) {
@@ -101,8 +101,8 @@ class RowSelect {
     const Totals totals = filter(tau, tie_free, ties_counted, Clustered{sh_});
     row_ = sh_.split.row;
     len_ = sh_.split.len;
-    if (cluster.block_rank() == 0) gather_split(totals, ties_counted, cluster.num_blocks());
-    cluster.sync();  // rank 0 has read the others' buffers: they may exit
+    if (cluster.block_rank() != 0) push_split(totals, ties_counted);
+    cluster.sync();  // the parts' candidates and ties are in rank 0's buffers
     if (cluster.block_rank() != 0) return false;
     finish(trace, tau, totals, ties_counted);
     return true;
@@ -122,22 +122,23 @@ class RowSelect {
     __device__ Totals operator()(std::uint32_t greatest) const { return {sh.count_gt, sh.count_eq, greatest}; }
     __device__ void before_reset() const { __syncthreads(); }  // every thread has read count_gt
   };
-  // ... or the sums over the cluster's CTAs, read from each (warp 0, one
-  // lane a rank). Ends with a barrier; every CTA gets the same totals.
+  // ... or the sums over the cluster's CTAs: warp 0's lane r writes this
+  // CTA's counts into rank r's table (remote stores, which do not wait as
+  // remote loads after the barrier would: a pull measured ~3.3 K cycles a
+  // pass at 64 x 128K in two parts, docs/perf-log.md "Session 21"). Ends
+  // with the cluster barrier; every CTA gets the same totals.
   struct Clustered {
     Storage& sh;
     __device__ Totals operator()(std::uint32_t greatest) const {
       const auto cluster = cooperative_groups::this_cluster();
-      const unsigned size = cluster.num_blocks();
-      if (threadIdx.x == 0) sh.split.greatest = greatest;
-      cluster.sync();  // every CTA's counts, buffers and greatest are written
+      const unsigned size = cluster.num_blocks(), rank = cluster.block_rank();
       if (threadIdx.x < size) {
-        const Storage* other = cluster.map_shared_rank(&sh, threadIdx.x);
-        sh.split.count_gt[threadIdx.x] = other->count_gt;
-        sh.split.count_eq[threadIdx.x] = other->count_eq;
-        sh.split.greatest_of[threadIdx.x] = other->split.greatest;
+        Storage* other = cluster.map_shared_rank(&sh, threadIdx.x);
+        other->split.count_gt[rank] = sh.count_gt;
+        other->split.count_eq[rank] = sh.count_eq;
+        other->split.greatest_of[rank] = greatest;
       }
-      __syncthreads();
+      cluster.sync();  // every rank's counts are in every table
       Totals t{0, 0, 0};
       for (unsigned r = 0; r < size; ++r) {
         t.count_gt += sh.split.count_gt[r];
@@ -163,38 +164,38 @@ class RowSelect {
     return static_cast<std::int32_t>(aligned < len_ ? aligned : len_);
   }
 
-  // Rank 0 of a split row: the other ranks' candidates (when the row's all
+  // A rank other than 0 of a split row: its candidates (when the row's all
   // fit the buffer, so each rank stored all of its own) and ties (when the
-  // row needs them; each rank stored up to the tie capacity) appended to
-  // its own, positions moved from the rank's part to the row. Ends with a
-  // barrier.
-  __device__ void gather_split(const Totals& totals, bool ties_counted, unsigned size) {
+  // row needs them; each rank stored up to the tie capacity) written into
+  // rank 0's buffers after those of the ranks before it, positions moved
+  // from the rank's part to the row (remote stores: the ranks write at
+  // once, where rank 0 reading them rank by rank measured ~15 K cycles at 16
+  // parts, docs/perf-log.md "Session 21"). The cluster barrier after it
+  // publishes them.
+  __device__ void push_split(const Totals& totals, bool ties_counted) {
     const auto cluster = cooperative_groups::this_cluster();
-    const bool candidates = totals.count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity);
-    const bool ties = ties_counted && totals.count_gt < K;
-    auto& own = sh_.phase.candidates;
-    std::uint32_t at_gt = sh_.split.count_gt[0];
-    std::uint32_t at_eq = min(sh_.split.count_eq[0], static_cast<std::uint32_t>(Cfg::kTieCapacity));
-    for (unsigned r = 1; r < size; ++r) {
-      const Storage* other = cluster.map_shared_rank(&sh_, r);
-      const std::int32_t shift = split_point(r, size);
-      if (candidates) {
-        const std::uint32_t n = sh_.split.count_gt[r];
-        for (std::uint32_t i = threadIdx.x; i < n; i += G::kThreads) {
-          own.keys[at_gt + i] = other->phase.candidates.keys[i];
-          own.pos[at_gt + i] = other->phase.candidates.pos[i] + shift;
-        }
-        at_gt += n;
-      }
-      if (ties) {
-        const std::uint32_t n = min(sh_.split.count_eq[r], static_cast<std::uint32_t>(Cfg::kTieCapacity));
-        for (std::uint32_t i = threadIdx.x; i < n && at_eq + i < Cfg::kTieCapacity; i += G::kThreads) {
-          sh_.tie_pos[at_eq + i] = other->tie_pos[i] + shift;
-        }
-        at_eq = min(at_eq + n, static_cast<std::uint32_t>(Cfg::kTieCapacity));
+    const unsigned rank = cluster.block_rank();
+    Storage* root = cluster.map_shared_rank(&sh_, 0);
+    const std::int32_t shift = split_point(rank, cluster.num_blocks());
+    constexpr auto kTieCapacity = static_cast<std::uint32_t>(Cfg::kTieCapacity);
+    std::uint32_t at_gt = 0, at_eq = 0;
+    for (unsigned r = 0; r < rank; ++r) {
+      at_gt += sh_.split.count_gt[r];
+      at_eq = min(at_eq + min(sh_.split.count_eq[r], kTieCapacity), kTieCapacity);
+    }
+    if (totals.count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity)) {
+      const std::uint32_t n = sh_.split.count_gt[rank];
+      for (std::uint32_t i = threadIdx.x; i < n; i += G::kThreads) {
+        root->phase.candidates.keys[at_gt + i] = sh_.phase.candidates.keys[i];
+        root->phase.candidates.pos[at_gt + i] = sh_.phase.candidates.pos[i] + shift;
       }
     }
-    __syncthreads();
+    if (ties_counted && totals.count_gt < K) {
+      const std::uint32_t n = min(sh_.split.count_eq[rank], kTieCapacity);
+      for (std::uint32_t i = threadIdx.x; i < n && at_eq + i < kTieCapacity; i += G::kThreads) {
+        root->tie_pos[at_eq + i] = sh_.tie_pos[i] + shift;
+      }
+    }
   }
 
   // Steps 3-5 once the filter's totals are known: the path they prove exact,
