@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "common/keys.h"
 #include "common/row_range.cuh"
@@ -82,6 +83,11 @@ class RowSelect {
   // set), false on the others, which are done.
   __device__ bool select_split(RowTrace& trace) {
     const auto cluster = cooperative_groups::this_cluster();
+    // A CTA may write another's shared memory only once that one has
+    // started (racecheck: "a block that might not have entered yet"): each
+    // arrives here and waits before the filter's first exchange, by when
+    // the threshold has long hidden the barrier.
+    auto started = cluster.barrier_arrive();
     const unsigned rank = cluster.block_rank(), size = cluster.num_blocks();
     const std::int32_t begin = split_point(rank, size), end = split_point(rank + 1, size);
     prefetch(begin, end - begin);
@@ -95,6 +101,7 @@ class RowSelect {
     }
     bool tie_free = false;
     const std::uint32_t tau = threshold(trace, tie_free);
+    cluster.barrier_wait(std::move(started));
     row_ += begin;
     len_ = end - begin;
     bool ties_counted = true;
