@@ -27,12 +27,13 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 }
 
 // Which launches split their rows (measured on the H200 against one
-// 1024-thread CTA a row, docs/perf-log.md "Session 21"): rows longer than
-// kMinSplitRow keys, in parts of at least kMinSplitPart keys. 4 x 1M in 16
-// parts took 0.36-0.49x the time on every distribution; at 128K the split
-// was even (1-128 rows in 2-8 parts: 0.85-1.05x between runs, the spread
-// of one side alone), and 16 x 32K in two parts 1.17x slower.
-inline constexpr std::int64_t kMinSplitRow = 65536;  // MEASURING: 128K rows split
+// 1024-thread CTA a row, docs/perf-log.md "Sessions 21-22"): rows longer
+// than kMinSplitRow keys, in parts of at least kMinSplitPart keys. With the
+// counts and candidates pushed to their readers, 128K rows took 0.76-0.89x
+// the time at 1-8 rows and 0.93-0.98x at 32-64 (every distribution), 4 x
+// 1M 0.78-0.85x the pulled split's; 16 x 32K in two parts was 1.17x slower
+// (session 21's pulled split).
+inline constexpr std::int64_t kMinSplitRow = 65536;
 inline constexpr std::int64_t kMinSplitPart = 32768;
 
 // Whether rows of up to num_cols keys may split at all (the launcher asks
