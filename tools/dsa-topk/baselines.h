@@ -13,4 +13,11 @@ namespace dsa::cli {
 // upload are outside the timing.
 Status time_cub_segmented_sort(const tools::ScoresProblem& prob, int reps, double* median_ms);
 
+// One read of every row's [ks, ke), timed as our kernels are (events, L2
+// flushed first unless --warm-l2): the floor under any top-k of the same
+// rows, launch included. CTAs of 256 threads each reduce 16K keys of a row
+// to their greatest score (kept, so the loads stay), 16-byte loads, all of
+// a thread's in flight at once. Median of `reps` after a warm-up.
+Status time_read_once(const tools::ScoresProblem& prob, int reps, double* median_ms);
+
 }  // namespace dsa::cli

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baselines.h"
+#include "l2_flush.h"
 #include "device_run.h"
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
@@ -142,6 +143,7 @@ struct Row {
   std::int64_t pairs = 0;
   double ms = 0;       // median; for the CUDA indexer, the fused operator (every stage)
   double cub_ms = 0;   // in-run baseline (topk --baselines): CUB segmented radix sort
+  double read_ms = 0;  // in-run baseline (topk --baselines): one read of the rows (time_read_once)
   int heads = 64;      // H, for the FLOP count of scoring ops
   // CUDA indexer only, same inputs in the same run (0 = not measured):
   double unfused_ms = 0;  // indexer_scores + topk
@@ -185,7 +187,7 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   }
   std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
               "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit", "%ceil");
-  if (baselines) std::printf(" %9s %7s", "CUB ms", "xCUB");
+  if (baselines) std::printf(" %9s %7s %9s %6s", "CUB ms", "xCUB", "read ms", "xread");
   if (fused) std::printf(" %10s %6s %9s %9s %-6s", "unfused ms", "xunf", "math ms", "sel ms", "route");
   std::printf("  result\n");
   for (const Row& r : rows) {
@@ -201,6 +203,8 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
     if (baselines) {
       std::printf(" %9s %7s", r.cub_ms > 0 ? fmt("%.3f", r.cub_ms).c_str() : "-",
                   r.cub_ms > 0 && timed ? fmt("%.2f", r.cub_ms / r.ms).c_str() : "-");
+      std::printf(" %9s %6s", r.read_ms > 0 ? fmt("%.4f", r.read_ms).c_str() : "-",
+                  r.read_ms > 0 && timed ? fmt("%.2f", r.ms / r.read_ms).c_str() : "-");
     }
     if (fused) {
       const bool both = timed && r.unfused_ms > 0;
@@ -225,7 +229,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
     nlohmann::json row = {{"op", r.op},         {"dist", r.dist},   {"layout", r.layout},
                           {"backend", r.backend}, {"T", r.T},         {"N", r.N},
                           {"K", r.K},           {"heads", r.heads}, {"pairs", r.pairs},
-                          {"ms", r.ms},         {"cub_ms", r.cub_ms}, {"rate", rate_of(r)},
+                          {"ms", r.ms},         {"cub_ms", r.cub_ms}, {"read_ms", r.read_ms},
+                          {"rate", rate_of(r)},
                           {"rate_unit", is_topk(r) ? "TB/s read" : "TFLOP/s"},
                           {"pct_ceiling", percent_of_ceiling(r, &ceilings)}, {"result", r.result}};
     if (r.unfused_ms > 0) {
@@ -558,7 +563,7 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines"}));
+  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string grid = args.get("grid", "small");
   const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
@@ -588,6 +593,7 @@ int run_bench(const Args& args) {
   const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
   if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
   const Layout layout = layouts.front();
+  set_cold_l2(!args.flag("warm-l2"));
   GpuCeilings ceilings;
   if (backend == Backend::kCuda) {
     std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
@@ -615,8 +621,10 @@ int run_bench(const Args& args) {
         rows.push_back(run_case(prob, op, dist, spec.layout, options, false, backend, threads, reps, check, ++index,
                                 total));
         if (args.flag("baselines") && backend == Backend::kCuda) {
-          const Status st = time_cub_segmented_sort(prob, reps, &rows.back().cub_ms);
+          Status st = time_cub_segmented_sort(prob, reps, &rows.back().cub_ms);
           if (!st.ok()) rows.back().result += " (CUB: " + st.to_string() + ")";
+          st = time_read_once(prob, reps, &rows.back().read_ms);
+          if (!st.ok()) rows.back().result += " (read once: " + st.to_string() + ")";
         }
       }
     }
@@ -628,6 +636,9 @@ int run_bench(const Args& args) {
     } else {
       std::printf("\nceilings not measured: %s\n", ceilings.why_not.c_str());
     }
+    std::printf("timing: CUDA events around each call, median of %d after a warm-up; %s\n", reps,
+                cold_l2() ? "L2 flushed before each call (inputs read from device memory; --warm-l2 keeps them)"
+                          : "L2 warm (--warm-l2: inputs where the previous call left them)");
   }
   print_table(rows, &ceilings);
   if (args.flag("json")) write_json(args.get("json", "bench.json"), rows, ceilings);

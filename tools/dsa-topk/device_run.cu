@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fused/fused.h"
+#include "l2_flush.h"
 
 namespace dsa::cli {
 namespace {
@@ -43,12 +44,16 @@ class DeviceBuffer {
 };
 
 // Times `reps` launches of `call` (after one warm-up) with events; output
-// buffers are poisoned before each launch so an unwritten slot shows. The
-// warm-up validates the ranges (a host round trip); the timed calls skip
-// that, as an engine replaying a CUDA graph does.
+// buffers are poisoned before each launch so an unwritten slot shows, and
+// L2 is flushed before each (cold_l2(), the default: the inputs come from
+// device memory, as on fresh data). The warm-up validates the ranges (a
+// host round trip); the timed calls skip that, as an engine replaying a
+// CUDA graph does.
 template <typename Call>
 Status timed_runs(Call&& call, DeviceBuffer& indices, DeviceBuffer& values, std::size_t out_elems, int reps,
                   std::vector<double>* ms) {
+  L2Flush flush;
+  if (Status st = flush.init(); !st.ok()) return st;
   cudaEvent_t start, stop;
   DSA_CUDA_TRY(cudaEventCreate(&start), "cudaEventCreate");
   DSA_CUDA_TRY(cudaEventCreate(&stop), "cudaEventCreate");
@@ -56,6 +61,8 @@ Status timed_runs(Call&& call, DeviceBuffer& indices, DeviceBuffer& values, std:
   for (int i = 0; i <= reps && st.ok(); ++i) {
     cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
     if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
+    st = flush.run();
+    if (!st.ok()) break;
     cudaEventRecord(start);
     st = call(/*check_ranges=*/i == 0);
     cudaEventRecord(stop);

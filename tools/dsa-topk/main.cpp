@@ -35,6 +35,9 @@ bench options:
   --reps N                  timed repetitions (median reported)
   --json FILE               also write the results as JSON
   --baselines               (--op topk --backend cuda) also time CUB's segmented radix sort
+                            and one read of the rows (the floor, timed the same way)
+  --warm-l2                 do not flush L2 before each timed call (default: flushed, so
+                            inputs come from device memory as on fresh data)
   --no-verify               skip the exactness check of each timed result
   (--op indexer --backend cuda: ms is the fused operator; the table adds our
    unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's
