@@ -44,7 +44,8 @@ TEST(LaunchPlan, RowPrefetchEdges) {
 
 // The split kernel's cluster size: the largest of 2, 4, 8, 16 whose
 // clusters hold every row at once with parts of at least kMinSplitPart
-// keys; 1 when none does, and for rows of at most kMinSplitRow keys.
+// keys; 1 when none does, for rows of at most kMinSplitRow keys, and for
+// crowded launches of rows of at most kMinCrowdedSplitRow keys.
 TEST(LaunchPlan, SplitClusterSize) {
   const int clusters[kSplitSizes] = {66, 32, 16, 8};  // of 2, 4, 8 and 16 CTAs, one an SM
   const std::int64_t n = 16 * kMinSplitPart;
@@ -67,6 +68,14 @@ TEST(LaunchPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(1, kMinSplitRow, clusters), 1);
   EXPECT_FALSE(rows_may_split(kMinSplitRow));
   EXPECT_TRUE(rows_may_split(kMinSplitRow + 1));
+  // More rows than clusters of 4 fit: rows of at most kMinCrowdedSplitRow
+  // keys stay whole, longer ones still split.
+  static_assert(kMinCrowdedSplitRow >= 4 * kMinSplitPart, "the cases below");
+  EXPECT_EQ(split_cluster_size(32, kMinCrowdedSplitRow, clusters), 4);
+  EXPECT_EQ(split_cluster_size(33, kMinCrowdedSplitRow, clusters), 1);
+  EXPECT_EQ(split_cluster_size(66, kMinCrowdedSplitRow, clusters), 1);
+  EXPECT_EQ(split_cluster_size(33, kMinCrowdedSplitRow + 1, clusters), 2);
+  EXPECT_EQ(split_cluster_size(66, kMinCrowdedSplitRow + 1, clusters), 2);
   // A device that places no cluster of a size skips it.
   const int no_sixteens[kSplitSizes] = {66, 32, 16, 0};
   EXPECT_EQ(split_cluster_size(1, n, no_sixteens), 8);

@@ -27,15 +27,22 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 }
 
 // Which launches split their rows (measured on the H200 against one
-// 1024-thread CTA a row, docs/perf-log.md "Sessions 21-22"): rows longer
-// than kMinSplitRow keys, in parts of at least kMinSplitPart keys. With the
-// counts and candidates pushed to their readers, 128K rows took 0.76-0.89x
-// the time at 1-8 rows and 0.93-0.98x at 32-64 (every distribution), 4 x
-// 1M 0.78-0.85x the pulled split's; 16 x 32K in two parts was 1.17x slower
-// (session 21's pulled split).
+// 1024-thread CTA a row, L2 flushed before each call, docs/perf-log.md
+// "Session 22"): rows longer than kMinSplitRow keys, in parts of at least
+// kMinSplitPart keys. With the counts and candidates pushed to their
+// readers the unsplit rows took 1.07-1.28x the time of split ones at 1-24
+// x 128K (shifted 1.40x), 1.07x at 1 x 100K, 1.13-1.17x at 40-64 x 256K
+// and 64 x 1M, 3.1-3.9x at 4 x 1M; 16 x 32K in two parts was 1.17x slower
+// (session 21).
 inline constexpr std::int64_t kMinSplitRow = 65536;
 inline constexpr std::int64_t kMinSplitPart = 32768;
-
+// ... but a launch of more rows than the device holds clusters of 4 CTAs
+// (over a quarter as many rows as SMs) splits only rows longer than
+// kMinCrowdedSplitRow: its rows' lone CTAs already draw most of the DRAM
+// bandwidth together, and two parts a 128K row measured even to 2 % slower
+// (48 / 64 x 128K: unsplit 1.015 / 0.981 of split) where 256K rows still
+// gained.
+inline constexpr std::int64_t kMinCrowdedSplitRow = 131072;
 // Whether rows of up to num_cols keys may split at all (the launcher asks
 // before it reads the device's cluster occupancy).
 constexpr bool rows_may_split(std::int64_t num_cols) { return num_cols > kMinSplitRow; }
@@ -48,10 +55,12 @@ inline constexpr int kSplitSizes = 4;
 // once (one CTA an SM): the largest size whose clusters take every row at
 // once and leave each CTA at least kMinSplitPart keys, so a launch of few
 // long rows spreads over the SMs (the filter streams each part of a row on
-// its own SM); 1 (no split) when no size does, or for rows of at most
-// kMinSplitRow keys.
+// its own SM); 1 (no split) when no size does, for rows of at most
+// kMinSplitRow keys, and for more rows than clusters[1] of at most
+// kMinCrowdedSplitRow keys.
 constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, const int (&clusters)[kSplitSizes]) {
   if (!rows_may_split(num_cols)) return 1;
+  if (num_rows > clusters[1] && num_cols <= kMinCrowdedSplitRow) return 1;
   for (int i = kSplitSizes - 1; i >= 0; --i) {
     const int size = 2 << i;
     if (num_rows <= clusters[i] && num_cols >= size * kMinSplitPart) return size;
