@@ -66,9 +66,12 @@ struct LongRows64K {
 struct WideRows {
   static constexpr int kThreads = 1024;
   static constexpr int kMinCtasPerSm = 1;
-  // 6 compiles without spills since session 11 but measured no clear change
-  // at 64 x 128K (run-to-run spread 5-18 %), so 4 stays.
-  static constexpr int kLoadUnroll = 4;
+  // 6 (the most that compiles without spills: 7 and 8 spill 8 bytes) against
+  // 4, timed with L2 flushed: 64 x 128K 0.956-0.969 on model-like, ties and
+  // shifted rows, 32 x 128K (split in 4) 0.946, launches of 1-8 rows, 128 x
+  // 128K and 4 x 1M unchanged (docs/perf-log.md "Session 22"; session 11's
+  // warm A/B could not tell, its rounds spread 5-18 %).
+  static constexpr int kLoadUnroll = 6;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
   static constexpr int kMinExpectedInTop = 16;
