@@ -32,7 +32,6 @@ class L2Flush {
   // Allocates the buffer when cold_l2(); otherwise run() does nothing.
   Status init();
   Status run(CUstream_st* stream = nullptr) const;
-  bool enabled() const { return buffer_ != nullptr; }
 
  private:
   void* buffer_ = nullptr;
