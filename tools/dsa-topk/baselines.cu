@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/keys.h"
-#include "l2_flush.h"
+#include "timing.cuh"
 
 namespace dsa::cli {
 namespace {
@@ -36,34 +36,12 @@ struct Allocations {
   }
 };
 
-// Median of `reps` event-timed calls after a warm-up, each after `before`
-// (outside the timing) and an L2 flush.
+// Median of `reps` calls timed by timed_calls (call() -> cudaError_t).
 template <typename Before, typename Call>
 Status median_timed(int reps, Before&& before, Call&& call, const char* what, double* median_ms) {
-  L2Flush flush;
-  if (Status st = flush.init(); !st.ok()) return st;
-  cudaEvent_t start, stop;
-  if (Status st = cuda_status(cudaEventCreate(&start), "cudaEventCreate"); !st.ok()) return st;
-  if (Status st = cuda_status(cudaEventCreate(&stop), "cudaEventCreate"); !st.ok()) {
-    cudaEventDestroy(start);
-    return st;
-  }
-  std::vector<float> ms;
-  Status st;
-  for (int i = 0; i <= reps && st.ok(); ++i) {
-    before();
-    st = flush.run();
-    if (!st.ok()) break;
-    cudaEventRecord(start);
-    st = cuda_status(call(), what);
-    cudaEventRecord(stop);
-    if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), what);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    if (i > 0) ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  std::vector<double> ms;
+  const Status st = timed_calls(
+      reps, before, [&](int) { return cuda_status(call(), what); }, what, &ms);
   if (!st.ok()) return st;
   if (ms.empty()) return {StatusCode::kInvalidArgument, std::string(what) + ": no timed repetitions"};
   std::sort(ms.begin(), ms.end());

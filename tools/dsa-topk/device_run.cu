@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fused/fused.h"
-#include "l2_flush.h"
+#include "timing.cuh"
 
 namespace dsa::cli {
 namespace {
@@ -43,37 +43,21 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
-// Times `reps` launches of `call` (after one warm-up) with events; output
-// buffers are poisoned before each launch so an unwritten slot shows, and
-// L2 is flushed before each (cold_l2(), the default: the inputs come from
-// device memory, as on fresh data). The warm-up validates the ranges (a
-// host round trip); the timed calls skip that, as an engine replaying a
-// CUDA graph does.
+// Times `reps` launches of `call` (after one warm-up; timed_calls: L2
+// flushed before each unless --warm-l2); output buffers are poisoned
+// before each launch so an unwritten slot shows. The warm-up validates the
+// ranges (a host round trip); the timed calls skip that, as an engine
+// replaying a CUDA graph does.
 template <typename Call>
 Status timed_runs(Call&& call, DeviceBuffer& indices, DeviceBuffer& values, std::size_t out_elems, int reps,
                   std::vector<double>* ms) {
-  L2Flush flush;
-  if (Status st = flush.init(); !st.ok()) return st;
-  cudaEvent_t start, stop;
-  DSA_CUDA_TRY(cudaEventCreate(&start), "cudaEventCreate");
-  DSA_CUDA_TRY(cudaEventCreate(&stop), "cudaEventCreate");
-  Status st;
-  for (int i = 0; i <= reps && st.ok(); ++i) {
-    cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
-    if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
-    st = flush.run();
-    if (!st.ok()) break;
-    cudaEventRecord(start);
-    st = call(/*check_ranges=*/i == 0);
-    cudaEventRecord(stop);
-    if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), "kernel");
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    if (i > 0 && st.ok()) ms->push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return st;
+  return timed_calls(
+      reps,
+      [&] {
+        cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
+        if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
+      },
+      [&](int i) { return call(/*check_ranges=*/i == 0); }, "timed call", ms);
 }
 
 Status download(const DeviceBuffer& indices, const DeviceBuffer& values, tools::TopkOutput* out) {

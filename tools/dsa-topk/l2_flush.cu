@@ -38,9 +38,10 @@ L2Flush::~L2Flush() {
 
 Status L2Flush::init() {
   if (!g_cold_l2 || buffer_) return Status::Ok();
-  int device = 0, l2_bytes = 0;
+  int device = 0, l2_bytes = 0, sms = 0;
   Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice");
   if (st.ok()) st = cuda_status(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "L2 size");
+  if (st.ok()) st = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
   if (!st.ok()) return st;
   const std::size_t bytes = 4 * static_cast<std::size_t>(l2_bytes > 0 ? l2_bytes : 64 << 20);
   void* buffer = nullptr;
@@ -53,15 +54,13 @@ Status L2Flush::init() {
   }
   buffer_ = buffer;
   vectors_ = bytes / sizeof(uint4);
+  blocks_ = 4 * (sms > 0 ? sms : 132);
   return Status::Ok();
 }
 
 Status L2Flush::run(CUstream_st* stream) const {
   if (!buffer_) return Status::Ok();
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  read_all_kernel<<<4 * (sms > 0 ? sms : 132), 512, 0, stream>>>(static_cast<const uint4*>(buffer_), vectors_, sink_);
+  read_all_kernel<<<blocks_, 512, 0, stream>>>(static_cast<const uint4*>(buffer_), vectors_, sink_);
   return cuda_status(cudaGetLastError(), "read kernel");
 }
 

@@ -37,6 +37,7 @@ class L2Flush {
   void* buffer_ = nullptr;
   unsigned* sink_ = nullptr;
   std::size_t vectors_ = 0;  // 16-byte words in buffer_
+  int blocks_ = 0;           // the read kernel's grid: 4 CTAs an SM
 };
 
 }  // namespace dsa::cli
