@@ -106,12 +106,15 @@ T* piece(void* base, std::size_t offset) {
 // finished by the standalone top-k: the repair of the rows whose `flags`
 // entry is set (the others get empty ranges and their CTAs exit at once),
 // or with flags null every row (the staged route). Exact by construction.
+// `batch_rows` (FusedHooks::staged_batch_rows, tests) caps a batch's rows
+// below what the buffer holds.
 Status score_and_select(const IndexerTopkParams& p, const Layout& l, void* workspace, const std::uint32_t* flags,
-                        CUstream_st* stream) {
+                        std::int64_t batch_rows, CUstream_st* stream) {
   const int K = p.options.k;
   auto* scores = piece<float>(workspace, l.repair);
-  for (std::int64_t first = 0; first < p.num_queries; first += l.repair_rows) {
-    const std::int64_t rows = std::min(l.repair_rows, p.num_queries - first);
+  batch_rows = batch_rows > 0 ? std::min(batch_rows, l.repair_rows) : l.repair_rows;
+  for (std::int64_t first = 0; first < p.num_queries; first += batch_rows) {
+    const std::int64_t rows = std::min(batch_rows, p.num_queries - first);
     const std::uint32_t* mask = flags != nullptr ? flags + first : nullptr;
     IndexerInputs in = p;
     in.q = p.q + first * p.num_heads * kHeadDim;
@@ -171,7 +174,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
       const cudaError_t err = cudaGetLastError();
       if (err != cudaSuccess) return cuda_error(err, "trace kernel launch");
     }
-    return score_and_select(p, l, workspace, nullptr, stream);
+    return score_and_select(p, l, workspace, nullptr, hooks.staged_batch_rows, stream);
   }
 
   // The device and its limits, for the stages' launch set-up (LaunchCache).
@@ -274,7 +277,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
   }
 
   // Stage 4: repair (the flagged rows only).
-  return score_and_select(p, l, workspace, flags, stream);
+  return score_and_select(p, l, workspace, flags, 0, stream);
 }
 
 }  // namespace

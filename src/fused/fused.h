@@ -98,6 +98,10 @@ struct FusedHooks {
   // The route: by num_keys (kStagedMaxKeys) unless pinned. Forcing tau
   // implies the fused route (only it has a threshold).
   enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
+  // Rows a batch of the staged route scores and selects (0: as many as the
+  // buffer holds), so tests run many batches, a short last one included, on
+  // small problems.
+  std::int64_t staged_batch_rows = 0;
 };
 
 // Candidate entries each row's area holds in the workspace (the select
