@@ -20,9 +20,17 @@
 namespace dsa::fused {
 namespace {
 
-// Rescoring buffer of the repair path: flagged rows are rescored batch by
-// batch into at most this many bytes (at least one row).
-constexpr std::size_t kRepairBytes = std::size_t{256} << 20;
+// Rescoring buffer of the repair path and the staged route: rows are
+// scored batch by batch into at most this many bytes (at least one row).
+// Each batch pays a scoring tail and a partial last wave of the top-k:
+// 512 MB measured 1.2-2.1 % faster than 256 MB at 4096 x 32K and 64K (one
+// batch instead of two, two instead of four; docs/perf-log.md "Session 23").
+constexpr std::size_t kRepairBytes = std::size_t{512} << 20;
+// staged_by_shape's "every row fits one batch" past kStagedMaxKeys keys
+// is measured against this size (the fused route won at 4096 x 256K,
+// session 17; rows that fit 256 MB took the staged route, session 7), not
+// the buffer's.
+constexpr std::size_t kSingleBatchRouteBytes = std::size_t{256} << 20;
 constexpr std::size_t kAlign = 256;
 
 Status cuda_error(cudaError_t err, const char* what) {
@@ -31,12 +39,12 @@ Status cuda_error(cudaError_t err, const char* what) {
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Floats per rescored row, and the rows one batch of the repair (and
-// staged) buffer holds.
+// Floats per rescored row, and the rows `bytes` (one batch of the repair and
+// staged buffer, by default) hold.
 std::int64_t repair_stride(std::int64_t num_keys) { return std::max<std::int64_t>(4, (num_keys + 3) / 4 * 4); }
-std::int64_t repair_batch_rows(std::int64_t num_keys) {
+std::int64_t repair_batch_rows(std::int64_t num_keys, std::size_t bytes = kRepairBytes) {
   return std::max<std::int64_t>(
-      1, static_cast<std::int64_t>(kRepairBytes / (static_cast<std::size_t>(repair_stride(num_keys)) * sizeof(float))));
+      1, static_cast<std::int64_t>(bytes / (static_cast<std::size_t>(repair_stride(num_keys)) * sizeof(float))));
 }
 
 // Every step-th key, starting at offset, is a sample: about N/32 of them
@@ -283,7 +291,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
 }  // namespace
 
 bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys) {
-  return num_keys <= kStagedMaxKeys || num_queries <= repair_batch_rows(num_keys);
+  return num_keys <= kStagedMaxKeys || num_queries <= repair_batch_rows(num_keys, kSingleBatchRouteBytes);
 }
 
 std::size_t workspace_size(const IndexerTopkParams& params) {

@@ -48,8 +48,9 @@ enum class FusedPath : std::uint32_t {
 inline constexpr std::int64_t kStagedMaxKeys = 131072;
 
 // The route FusedHooks::Route::kByShape takes: staged when num_keys <=
-// kStagedMaxKeys, or when every row's scores fit one batch of the staged
-// buffer (256 MB: one scoring launch and one top-k launch). With the top-k
+// kStagedMaxKeys, or when every row's scores fit 256 MB (one batch of the
+// staged buffer, 512 MB since session 23: one scoring launch and one top-k
+// launch). With the top-k
 // of session 6 the unfused pipeline beat the fused stages there too
 // (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161).
 bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys);
