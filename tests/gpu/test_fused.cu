@@ -450,28 +450,25 @@ TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
 // caller's arrays, and every batch reuses one buffer, so an offset off by
 // a row or a top-k that read the buffer after the next batch's scoring
 // shows as a row that differs from the unfused answer. Batches of 1 row,
-// of sizes that leave a short last batch, and of the whole problem; every
-// run three times.
+// of sizes that leave a short last batch, and of the whole problem.
 TEST(FusedGpu, StagedBatchesMatchUnfused) {
-  const std::int64_t T = 203, N = 6100;
+  const std::int64_t T = 67, N = 6100;
   for (auto [dist, layout] : {std::pair{Distribution::kModelLike, Layout::kCausalSuffix},
                               std::pair{Distribution::kTies, Layout::kVarlenBatch},
                               std::pair{Distribution::kModelLike, Layout::kBoundary}}) {
     const IndexerProblem prob = indexer_problem(dist, layout, T, N, 2048, 64, 0, 77);
     DeviceProblem dev(prob);
     Unfused oracle(dev);
-    for (std::int64_t rows : {std::int64_t{1}, std::int64_t{7}, std::int64_t{64}, std::int64_t{101}, T}) {
+    for (std::int64_t rows : {std::int64_t{1}, std::int64_t{5}, std::int64_t{32}, T}) {
       FusedHooks staged;
       staged.route = FusedHooks::Route::kStaged;
       staged.staged_batch_rows = rows;
       for (int K : {2048, 512}) {
         SCOPED_TRACE(describe(prob, K) + " batch rows " + std::to_string(rows));
         const SelectOptions det = deterministic(K);
+        expect_matches_unfused(oracle, det, run_fused(dev, det, true, &staged).out);
         const SelectOptions any = make_options(K, TieBreak::kAny, IndexBase::kRelative, false);
-        for (int run = 0; run < 3; ++run) {
-          expect_matches_unfused(oracle, det, run_fused(dev, det, true, &staged).out);
-          expect_matches_unfused(oracle, any, run_fused(dev, any, false, &staged).out);
-        }
+        expect_matches_unfused(oracle, any, run_fused(dev, any, false, &staged).out);
       }
     }
   }
