@@ -65,7 +65,19 @@ SamplePlan sample_plan(std::int64_t num_keys) {
   return plan;
 }
 
-// Workspace pieces, each 256-byte aligned.
+// Whether a launch with these hooks takes the fused stages (else the staged
+// route, or the math-only control, which needs only the checksum word).
+bool fused_route(const IndexerTopkParams& p, const FusedHooks& hooks) {
+  if (hooks.mode == FusedMode::kMathOnly) return false;
+  using Route = FusedHooks::Route;
+  return hooks.route == Route::kFused ||
+         (hooks.route == Route::kByShape && (hooks.force_threshold || !staged_by_shape(p.num_queries, p.num_keys)));
+}
+
+// Workspace pieces, each 256-byte aligned. The staged route and the
+// math-only control use only the buffer and the checksum word: the samples,
+// per-row counters and candidates (half of a 4096 x 8K call's workspace)
+// take no bytes when the call does not take the fused stages.
 struct Layout {
   SamplePlan plan;
   std::int64_t capacity = 0;      // candidates per row
@@ -75,10 +87,11 @@ struct Layout {
               count = 0, unstaged = 0, flags = 0, candidates = 0, repair = 0, checksum = 0, total = 0;
 };
 
-Layout layout(const IndexerTopkParams& p) {
+Layout layout(const IndexerTopkParams& p, bool fused_stages) {
   Layout l;
-  const auto T = static_cast<std::size_t>(p.num_queries);
-  l.plan = sample_plan(p.num_keys);
+  // Rows of the fused stages' per-row pieces (0 when they are not taken).
+  const auto T = fused_stages ? static_cast<std::size_t>(p.num_queries) : std::size_t{0};
+  l.plan = sample_plan(fused_stages ? p.num_keys : 0);
   l.capacity = candidate_capacity(p.options.k);
   l.repair_stride = repair_stride(p.num_keys);
   l.repair_rows = std::min<std::int64_t>(repair_batch_rows(p.num_keys), std::max<std::int64_t>(p.num_queries, 1));
@@ -158,7 +171,8 @@ __global__ void mark_staged_kernel(FusedRowTrace* trace, std::int64_t rows) {
 
 template <int K>
 Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, const FusedHooks& hooks) {
-  const Layout l = layout(p);
+  const bool staged = !fused_route(p, hooks);
+  const Layout l = layout(p, !staged);
   auto* tau = piece<std::uint32_t>(workspace, l.tau);
   auto* count = piece<std::uint32_t>(workspace, l.count);
   auto* unstaged = piece<std::uint32_t>(workspace, l.unstaged);
@@ -172,9 +186,6 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
   }
 
-  using Route = FusedHooks::Route;
-  const bool staged = hooks.route == Route::kStaged ||
-                      (hooks.route == Route::kByShape && !hooks.force_threshold && staged_by_shape(p.num_queries, p.num_keys));
   if (staged) {
     if (hooks.trace != nullptr) {
       mark_staged_kernel<<<static_cast<unsigned>((p.num_queries + 255) / 256), 256, 0, stream>>>(hooks.trace,
@@ -294,15 +305,15 @@ bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys) {
   return num_keys <= kStagedMaxKeys || num_queries <= repair_batch_rows(num_keys, kSingleBatchRouteBytes);
 }
 
-std::size_t workspace_size(const IndexerTopkParams& params) {
+std::size_t workspace_size(const IndexerTopkParams& params, const FusedHooks& hooks) {
   if (params.num_queries == 0) return 0;
-  return layout(params).total;
+  return layout(params, fused_route(params, hooks)).total;
 }
 
 Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream, void* workspace,
                            std::size_t workspace_bytes, const FusedHooks& hooks) {
   if (params.num_queries == 0) return Status::Ok();
-  const std::size_t needed = workspace_size(params);
+  const std::size_t needed = workspace_size(params, hooks);
   if (workspace == nullptr || workspace_bytes < needed) {
     return {StatusCode::kInvalidArgument, "ctx.workspace: the CUDA indexer_topk needs " + std::to_string(needed) +
                                               " bytes (indexer_topk_workspace_size), got " +

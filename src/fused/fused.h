@@ -109,11 +109,12 @@ struct FusedHooks {
 // stage's shared-memory plan sizes itself from the same function).
 constexpr std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
 
-// Bytes of workspace launch_indexer_topk needs for params.
-std::size_t workspace_size(const IndexerTopkParams& params);
+// Bytes of workspace launch_indexer_topk needs for params with these hooks
+// (the route they take: the staged route needs only its batch buffer).
+std::size_t workspace_size(const IndexerTopkParams& params, const FusedHooks& hooks = {});
 
 // Runs the fused operator (arguments already validated; device pointers).
-// workspace must hold workspace_size(params) bytes (256-byte aligned).
+// workspace must hold workspace_size(params, hooks) bytes (256-byte aligned).
 Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream, void* workspace,
                            std::size_t workspace_bytes, const FusedHooks& hooks = {});
 

@@ -230,7 +230,12 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
   } else {
     st = validate(p, Backend::kCuda);
     EXPECT_TRUE(st.ok()) << st.to_string();
-    bytes = fused::workspace_size(p);
+  }
+  FusedHooks h;
+  if (hooks != nullptr) {
+    h = *hooks;
+    if (h.route == FusedHooks::Route::kByShape && !keep_route) h.route = FusedHooks::Route::kFused;
+    bytes = fused::workspace_size(p, h);
   }
   DeviceArray<unsigned char> workspace(bytes);
   if (hooks == nullptr) {
@@ -241,8 +246,6 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
     st = indexer_topk(p, ctx);
   } else {
     trace.poison();
-    FusedHooks h = *hooks;
-    if (h.route == FusedHooks::Route::kByShape && !keep_route) h.route = FusedHooks::Route::kFused;
     h.trace = trace.get();
     st = fused::launch_indexer_topk(p, nullptr, workspace.get(), bytes, h);
   }
@@ -830,8 +833,9 @@ TEST(FusedGpu, MathOnlyControlWritesChecksumOnly) {
   }
 }
 
-// A workspace smaller than indexer_topk_workspace_size is rejected before
-// anything runs, naming ctx.workspace; the outputs stay untouched.
+// A workspace smaller than indexer_topk_workspace_size (or, through the
+// hooks, than the pinned route needs) is rejected before anything runs,
+// naming ctx.workspace; the outputs stay untouched.
 TEST(FusedGpu, TooSmallWorkspaceRejected) {
   const int K = 512;
   const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kFull, 8, 5000, K);
@@ -855,6 +859,17 @@ TEST(FusedGpu, TooSmallWorkspaceRejected) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.bytes << " bytes: " << st.to_string();
     EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
   }
+  // The shape takes the staged route, whose workspace is its batch buffer
+  // (8 rows of 5000 floats) and the checksum word; pinning the fused stages
+  // needs their samples, counters and candidates too, and the launch checks
+  // the size its hooks need.
+  ASSERT_TRUE(fused::staged_by_shape(prob.T, prob.N));
+  EXPECT_EQ(bytes, std::size_t{8 * 5000 * 4 + 256});
+  FusedHooks fused_route;
+  fused_route.route = FusedHooks::Route::kFused;
+  EXPECT_GT(fused::workspace_size(p, fused_route), bytes + std::size_t{8} * 4 * K * 8);
+  const Status st = fused::launch_indexer_topk(p, nullptr, workspace.get(), bytes, fused_route);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const TopkOutput o = out.download();
   EXPECT_TRUE(all_poison(o.indices.data(), o.indices.size() * sizeof(std::int32_t))) << "indices were written";
