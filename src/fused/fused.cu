@@ -157,6 +157,9 @@ Status score_and_select(const IndexerTopkParams& p, const Layout& l, void* works
     tp.options = p.options;
     selection::topk::TopkHooks th;
     th.row_mask = mask;
+    // Right after this batch's scoring kernel (no other launch between):
+    // its CTAs wait on the SMs the scoring leaves, not behind a launch.
+    th.after_producer = scoring::scoring_launches(in);
     st = selection::topk::launch_topk(tp, stream, th);
     if (!st.ok()) return st;
   }

@@ -28,12 +28,16 @@ constexpr int scoring_smem_bytes() {
   return static_cast<int>(sizeof(SharedStorage) + sizeof(typename Sink::Shared)) + 1024;
 }
 
+// Whether launch_scoring(in, ...) launches a kernel (a successful call
+// with no rows or no keys launches nothing).
+inline bool scoring_launches(const IndexerInputs& in) { return in.num_queries > 0 && in.num_keys > 0; }
+
 // Scores rows [0, in.num_queries) of `in` (ranges in.ks/in.ke, rows with
 // row_mask[t] == 0 skipped when row_mask is set) into `sink`, on `stream`.
 template <int kHeads, class Sink>
 Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream) {
   using S = Shape<kHeads>;
-  if (in.num_queries == 0 || in.num_keys == 0) return Status::Ok();
+  if (!scoring_launches(in)) return Status::Ok();
   CUtensorMap q_map, k_map, scale_map;
   Status st = sm90::make_tensor_map_rows_sw128(&q_map, in.q, static_cast<std::uint64_t>(in.num_queries) * kHeads,
                                                kHeadDim, kHeadDim, kTileCols);

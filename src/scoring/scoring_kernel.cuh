@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/sm90/barrier.cuh"
+#include "common/sm90/grid_dependency.cuh"
 #include "common/sm90/tma.cuh"
 #include "common/sm90/wgmma.cuh"
 #include "scoring/config.h"
@@ -300,6 +301,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     indexer_scores_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                           const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args, const Sink sink) {
   using S = Shape<kHeads>;
+  // A top-k launched after this kernel with after_producer (the staged
+  // route's) may take the SMs this grid's CTAs leave, and waits there for
+  // this grid's end; a kernel launched the ordinary way still starts after it.
+  sm90::allow_dependent_launch();
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
   if (threadIdx.x == 0) {

@@ -449,6 +449,7 @@ class ResidentRow {
 template <int K, class R>
 __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_kernel(const KernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
+  wait_for_producer(p);  // nothing is read before the scores' producer has ended
   using Cfg = ResidentConfig<K, R>;
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;

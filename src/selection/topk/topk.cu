@@ -60,21 +60,28 @@ Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_
   return Status::Ok();
 }
 
-// Cluster launch configuration of `cluster` CTAs a row (attr: storage the
-// configuration points to).
-cudaLaunchConfig_t cluster_config(const Instance& inst, std::int64_t num_rows, CUstream_st* stream,
-                                  cudaLaunchAttribute* attr) {
+// Launch configuration of `cluster` CTAs a row, programmatic when asked
+// (attrs: storage for two attributes the configuration points to).
+cudaLaunchConfig_t launch_config(const Instance& inst, std::int64_t num_rows, CUstream_st* stream, bool programmatic,
+                                 cudaLaunchAttribute* attrs) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(num_rows * inst.cluster));
   cfg.blockDim = dim3(static_cast<unsigned>(inst.threads));
   cfg.dynamicSmemBytes = inst.smem_bytes;
   cfg.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = static_cast<unsigned>(inst.cluster);
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.attrs = attrs;
+  if (inst.cluster > 1) {
+    cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = static_cast<unsigned>(inst.cluster);
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
+  if (programmatic) {
+    cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
   return cfg;
 }
 
@@ -107,8 +114,8 @@ Status prepare_split(int device, const DeviceLimits& limits, std::int64_t num_ro
           if (err != cudaSuccess) return cuda_error(err, "allowing the split kernel's largest clusters");
           Instance probe = *out;
           probe.cluster = 2 << i;
-          cudaLaunchAttribute attr{};
-          const cudaLaunchConfig_t cfg = cluster_config(probe, 1, nullptr, &attr);
+          cudaLaunchAttribute attrs[2] = {};
+          const cudaLaunchConfig_t cfg = launch_config(probe, 1, nullptr, false, attrs);
           err = cudaOccupancyMaxActiveClusters(value, kernel, &cfg);
           return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reading the split kernel's cluster occupancy");
         },
@@ -222,17 +229,14 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.forced_tau_tie_free,
                         hooks.trace,
                         hooks.row_mask,
-                        row_prefetch_bytes(params.num_rows * inst.cluster, inst.ctas_on_device, inst.l2_bytes)};
+                        row_prefetch_bytes(params.num_rows * inst.cluster, inst.ctas_on_device, inst.l2_bytes),
+                        hooks.after_producer};
   void* args[] = {const_cast<KernelParams*>(&kp)};
-  cudaError_t err = cudaSuccess;
-  if (inst.cluster > 1) {
-    cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t cfg = cluster_config(inst, params.num_rows, stream, &attr);
-    err = cudaLaunchKernelExC(&cfg, inst.kernel, args);
-  } else {
-    err = cudaLaunchKernel(inst.kernel, dim3(static_cast<unsigned>(params.num_rows)), dim3(inst.threads), args,
-                           inst.smem_bytes, stream);
-  }
+  cudaLaunchAttribute attrs[2] = {};
+  const cudaLaunchConfig_t cfg = launch_config(inst, params.num_rows, stream, hooks.after_producer, attrs);
+  const cudaError_t err = cfg.numAttrs > 0 ? cudaLaunchKernelExC(&cfg, inst.kernel, args)
+                                           : cudaLaunchKernel(inst.kernel, cfg.gridDim, cfg.blockDim, args,
+                                                              cfg.dynamicSmemBytes, stream);
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, "kernel launch");
 }
 

@@ -74,6 +74,11 @@ struct TopkHooks {
   TopkEngine engine = TopkEngine::kAuto;
   // kSampledSplit's CTAs a row: 2, 4, 8 or 16 (kMaxSplit), or 0 to pick.
   int split_ctas = 0;
+  // Launched programmatically after the kernel that writes the scores
+  // (which calls sm90::allow_dependent_launch): the top-k's CTAs may take
+  // the SMs that kernel's CTAs leave and wait there for its end before they
+  // read anything, instead of being launched after it.
+  bool after_producer = false;
 };
 
 // Runs dsa::topk on params (already validated; device pointers) on `stream`:

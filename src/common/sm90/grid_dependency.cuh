@@ -1,0 +1,19 @@
+// Programmatic dependent launch (PTX ISA "griddepcontrol"): a kernel
+// launched with cudaLaunchAttributeProgrammaticStreamSerialization may start
+// once every CTA of the kernel before it in the stream has called
+// allow_dependent_launch() (or exited), instead of when that kernel ends.
+// Both instructions are no-ops in a kernel launched without the attribute.
+#pragma once
+
+namespace dsa::sm90 {
+
+// Lets the next kernel in the stream, if launched programmatically, have its
+// CTAs scheduled as SMs free up. It promises nothing about this kernel's
+// writes: the dependent reads them only after wait_for_prerequisite_grids().
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Waits until the kernel this one was programmatically launched after has
+// completed and its writes are visible.
+__device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+}  // namespace dsa::sm90
