@@ -57,9 +57,11 @@ def indexer_topk_out(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, w:
                      relative: bool = False, deterministic: bool = False, sorted: bool = False,
                      check_ranges: bool = True) -> torch.Tensor:
     """indexer_topk into the caller's contiguous int32 buffer ``indices`` [T, K]
-    (K = indices.size(1)) and optionally fp32 ``values`` [T, K]. No allocation
-    besides a workspace (currently none), so it can be captured in a CUDA
-    graph (with check_ranges=False). Returns ``indices``."""
+    (K = indices.size(1)) and optionally fp32 ``values`` [T, K]. Its only
+    allocation is the operator's workspace, from PyTorch's caching allocator
+    (at most 512 MB up to 128K keys; it never holds the [T, N] scores), so it
+    can be captured in a CUDA graph (with check_ranges=False). Returns
+    ``indices``."""
     _ops.indexer_topk_out(q, k, k_scale, w, ks, ke, indices, values, relative=relative,
                           deterministic=deterministic, sorted=sorted, check_ranges=check_ranges)
     return indices
