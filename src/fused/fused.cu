@@ -174,8 +174,8 @@ __global__ void mark_staged_kernel(FusedRowTrace* trace, std::int64_t rows) {
 
 template <int K>
 Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, const FusedHooks& hooks) {
-  const bool staged = !fused_route(p, hooks);
-  const Layout l = layout(p, !staged);
+  const bool fused_stages = fused_route(p, hooks);
+  const Layout l = layout(p, fused_stages);
   auto* tau = piece<std::uint32_t>(workspace, l.tau);
   auto* count = piece<std::uint32_t>(workspace, l.count);
   auto* unstaged = piece<std::uint32_t>(workspace, l.unstaged);
@@ -189,7 +189,7 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
     return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
   }
 
-  if (staged) {
+  if (!fused_stages) {  // the staged route (the math-only control returned above)
     if (hooks.trace != nullptr) {
       mark_staged_kernel<<<static_cast<unsigned>((p.num_queries + 255) / 256), 256, 0, stream>>>(hooks.trace,
                                                                                                 p.num_queries);

@@ -224,15 +224,13 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
   DeviceArray<FusedRowTrace> trace(hooks ? prob.T : 0);
   std::size_t bytes = 0;
   Status st;
+  FusedHooks h;  // with hooks: the ones the launch takes, the route pinned
   if (hooks == nullptr) {
     st = indexer_topk_workspace_size(p, Backend::kCuda, &bytes);
     EXPECT_TRUE(st.ok()) << st.to_string();
   } else {
     st = validate(p, Backend::kCuda);
     EXPECT_TRUE(st.ok()) << st.to_string();
-  }
-  FusedHooks h;
-  if (hooks != nullptr) {
     h = *hooks;
     if (h.route == FusedHooks::Route::kByShape && !keep_route) h.route = FusedHooks::Route::kFused;
     bytes = fused::workspace_size(p, h);
