@@ -14,8 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "baselines.h"
-#include "l2_flush.h"
 #include "device_run.h"
+#include "l2_flush.h"
+#include "power_state.h"
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
 #include "tools/generators.h"
@@ -223,7 +224,9 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
   nlohmann::json j;
   j["ceilings"] = {{"measured", ceilings.measured},     {"device", ceilings.device},
                    {"why_not", ceilings.why_not},       {"copy_tb_s", ceilings.copy_tb_s},
-                   {"fp8_tflops", ceilings.fp8_tflops}, {"fp8_fast_tflops", ceilings.fp8_fast_tflops}};
+                   {"fp8_tflops", ceilings.fp8_tflops}, {"fp8_fast_tflops", ceilings.fp8_fast_tflops},
+                   {"fp8_sustained_tflops", ceilings.fp8_sustained_tflops}};
+  j["rest_ms"] = rest_ms();
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json row = {{"op", r.op},         {"dist", r.dist},   {"layout", r.layout},
@@ -563,7 +566,7 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2"}));
+  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string grid = args.get("grid", "small");
   const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
@@ -594,6 +597,9 @@ int run_bench(const Args& args) {
   if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
   const Layout layout = layouts.front();
   set_cold_l2(!args.flag("warm-l2"));
+  const std::int64_t rest = args.get_int("rest-ms", 0);
+  if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
+  set_rest_ms(static_cast<int>(rest));
   GpuCeilings ceilings;
   if (backend == Backend::kCuda) {
     std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
@@ -633,8 +639,17 @@ int run_bench(const Args& args) {
     if (ceilings.measured) {
       std::printf("\n%s\nceilings (this run): copy %.2f TB/s, FP8 GEMM %.0f TFLOP/s (fast accumulation %.0f)\n",
                   ceilings.device.c_str(), ceilings.copy_tb_s, ceilings.fp8_tflops, ceilings.fp8_fast_tflops);
+      if (ceilings.fp8_sustained_tflops > 0) {
+        std::printf("  FP8 GEMM sustained (after 0.3 s of back-to-back GEMMs, at the clock the 700 W cap leaves): "
+                    "%.0f TFLOP/s; %%ceil is of the burst rate above\n",
+                    ceilings.fp8_sustained_tflops);
+      }
     } else {
       std::printf("\nceilings not measured: %s\n", ceilings.why_not.c_str());
+    }
+    if (rest_ms() > 0) {
+      std::printf("rest: the GPU idled %d ms before each timed call (--rest-ms): rows ran at a rested card's "
+                  "clock\n", rest_ms());
     }
     std::printf("timing: CUDA events around each call, median of %d after a warm-up; %s\n", reps,
                 cold_l2() ? "L2 flushed before each call (inputs read from device memory; --warm-l2 keeps them)"

@@ -38,6 +38,9 @@ bench options:
                             and one read of the rows (the floor, timed the same way)
   --warm-l2                 do not flush L2 before each timed call (default: flushed, so
                             inputs come from device memory as on fresh data)
+  --rest-ms M               let the GPU idle M ms before each timed call (default 0: back to
+                            back, as an engine runs; under sustained load the 700 W cap lowers
+                            the clock within some tens of ms: the GHz column shows it)
   --no-verify               skip the exactness check of each timed result
   (--op indexer --backend cuda: ms is the fused operator; the table adds our
    unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's

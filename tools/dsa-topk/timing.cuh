@@ -10,6 +10,7 @@
 
 #include "dsa_topk/dsa_topk.h"
 #include "l2_flush.h"
+#include "power_state.h"
 
 namespace dsa::cli {
 
@@ -17,6 +18,8 @@ namespace dsa::cli {
 // warm-up), each call alone between two events after before() (outside
 // the timing: poisoning outputs, zeroing counters) and the L2 flush, and
 // appends the ms of calls 1 .. reps to *ms. Stops at the first failure.
+// With --rest-ms each call follows a rest of the GPU (power_state.h),
+// outside the events.
 template <class Before, class Call>
 Status timed_calls(int reps, Before&& before, Call&& call, const char* what, std::vector<double>* ms) {
   const auto failed = [what](cudaError_t err, const char* step) -> Status {
@@ -32,6 +35,7 @@ Status timed_calls(int reps, Before&& before, Call&& call, const char* what, std
   }
   Status st;
   for (int i = 0; i <= reps && st.ok(); ++i) {
+    rest_before_call();
     before();
     st = flush.run();
     if (!st.ok()) break;
