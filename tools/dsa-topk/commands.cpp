@@ -599,6 +599,7 @@ int run_bench(const Args& args) {
   set_cold_l2(!args.flag("warm-l2"));
   const std::int64_t rest = args.get_int("rest-ms", 0);
   if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
+  if (rest > 0 && backend != Backend::kCuda) throw std::invalid_argument("--rest-ms: rests the GPU (--backend cuda)");
   set_rest_ms(static_cast<int>(rest));
   GpuCeilings ceilings;
   if (backend == Backend::kCuda) {
