@@ -43,21 +43,26 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
-// Times `reps` launches of `call` (after one warm-up; timed_calls: L2
-// flushed before each unless --warm-l2); output buffers are poisoned
-// before each launch so an unwritten slot shows. The warm-up validates the
-// ranges (a host round trip); the timed calls skip that, as an engine
-// replaying a CUDA graph does.
+// A timed side whose output buffers are poisoned before each launch, so
+// an unwritten slot shows; call(check_ranges) launches once. The warm-up
+// validates the ranges (a host round trip); the timed calls skip that, as
+// an engine replaying a CUDA graph does. The buffers must outlive it.
+template <typename Call>
+TimedSide poisoned_side(Call call, DeviceBuffer& indices, DeviceBuffer& values, std::size_t out_elems,
+                        std::vector<double>* ms) {
+  return TimedSide{[&indices, &values, out_elems] {
+                     cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
+                     if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
+                   },
+                   [call](int i) { return call(/*check_ranges=*/i == 0); }, ms};
+}
+
+// Times `reps` launches of `call` after one warm-up (timed_rounds: L2
+// flushed before each unless --warm-l2), poisoning the outputs before each.
 template <typename Call>
 Status timed_runs(Call&& call, DeviceBuffer& indices, DeviceBuffer& values, std::size_t out_elems, int reps,
                   std::vector<double>* ms) {
-  return timed_calls(
-      reps,
-      [&] {
-        cudaMemsetAsync(indices.as<void>(), 0xAB, out_elems * sizeof(std::int32_t));
-        if (values.as<void>()) cudaMemsetAsync(values.as<void>(), 0xAB, out_elems * sizeof(float));
-      },
-      [&](int i) { return call(/*check_ranges=*/i == 0); }, "timed call", ms);
+  return timed_rounds(reps, {poisoned_side(call, indices, values, out_elems, ms)}, "timed call");
 }
 
 Status download(const DeviceBuffer& indices, const DeviceBuffer& values, tools::TopkOutput* out) {
@@ -118,15 +123,12 @@ struct Workspace {
 };
 
 // Allocates the operator's workspace, times it on the CUDA backend and
-// downloads the last result. `workspace`, when given, receives the workspace
-// so that it outlives the call.
+// downloads the last result.
 template <typename Params>
 Status time_operator(const Params& p, Status (*workspace_size)(const Params&, Backend, std::size_t*),
                      Status (*run)(const Params&, const ExecutionContext&), DeviceBuffer& indices,
-                     DeviceBuffer& values, int reps, tools::TopkOutput* out, std::vector<double>* ms,
-                     Workspace* workspace = nullptr) {
-  Workspace local;
-  Workspace& ws = workspace ? *workspace : local;
+                     DeviceBuffer& values, int reps, tools::TopkOutput* out, std::vector<double>* ms) {
+  Workspace ws;
   Status st = ws.alloc(p, workspace_size);
   if (!st.ok()) return st;
   ExecutionContext ctx{Backend::kCuda, nullptr, 0, ws.buffer.as<void>(), ws.bytes};
@@ -170,12 +172,15 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
                                  int reps, bool keep_scores, IndexerComparison* out) {
   DeviceInputs inputs;
-  DeviceBuffer fused_indices, fused_values, unfused_indices, unfused_values, scores, checksum;
+  tools::TopkOutput math_out;  // sized only: the control writes no indices
+  DeviceBuffer fused_indices, fused_values, math_indices, math_values, unfused_indices, unfused_values, scores,
+      checksum;
   const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
   const std::size_t score_elems = static_cast<std::size_t>(prob.T) * static_cast<std::size_t>(prob.N);
   for (Status st : {inputs.upload(prob),
                     prepare_outputs(prob.T, options, want_values, fused_indices, fused_values, &out->fused),
                     prepare_outputs(prob.T, options, want_values, unfused_indices, unfused_values, &out->unfused),
+                    prepare_outputs(prob.T, options, want_values, math_indices, math_values, &math_out),
                     scores.alloc(score_elems * sizeof(float)), checksum.alloc(sizeof(std::uint32_t))}) {
     if (!st.ok()) return st;
   }
@@ -183,23 +188,28 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   static_cast<IndexerInputs&>(p) = inputs.bind(p);
   out->staged = fused::staged_by_shape(p.num_queries, p.num_keys);
 
+  // The three sides are timed call by call in turn (timed_rounds), so they
+  // meet the same power state.
   // The fused operator, through the public API.
   Workspace workspace;
-  Status st = time_operator(p, &indexer_topk_workspace_size, &indexer_topk, fused_indices, fused_values, reps,
-                            &out->fused, &out->fused_ms, &workspace);
+  Status st = workspace.alloc(p, &indexer_topk_workspace_size);
   if (!st.ok()) return st;
+  ExecutionContext fused_ctx{Backend::kCuda, nullptr, 0, workspace.buffer.as<void>(), workspace.bytes};
+  const auto fused_call = [&](bool check_ranges) {
+    fused_ctx.check_ranges = check_ranges;
+    return indexer_topk(p, fused_ctx);
+  };
 
-  // Its math-only control: same inputs and workspace (the fused runs above
-  // validated them), every score folded into the checksum word.
+  // Its math-only control: same inputs and workspace (the fused call before
+  // it in the warm-up round validated them), every score folded into the
+  // checksum word. It writes no indices; it poisons a buffer of its own,
+  // as the other sides do, so every call starts alike.
   fused::FusedHooks hooks;
   hooks.mode = fused::FusedMode::kMathOnly;
   hooks.checksum = checksum.as<std::uint32_t>();
-  st = timed_runs(
-      [&](bool) {
-        return fused::launch_indexer_topk(p, nullptr, workspace.buffer.as<void>(), workspace.bytes, hooks);
-      },
-      fused_indices, fused_values, out_elems, reps, &out->math_ms);
-  if (!st.ok()) return st;
+  const auto math_call = [&](bool) {
+    return fused::launch_indexer_topk(p, nullptr, workspace.buffer.as<void>(), workspace.bytes, hooks);
+  };
 
   // The unfused pipeline: the [T, N] scores, then the standalone top-k.
   IndexerScoresParams sp;
@@ -221,13 +231,18 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   if (!st.ok()) return st;
   ExecutionContext scores_ctx{Backend::kCuda, nullptr, 0, nullptr, 0};
   ExecutionContext topk_ctx{Backend::kCuda, nullptr, 0, topk_workspace.buffer.as<void>(), topk_workspace.bytes};
-  st = timed_runs(
-      [&](bool check_ranges) {
-        scores_ctx.check_ranges = topk_ctx.check_ranges = check_ranges;
-        const Status s = indexer_scores(sp, scores_ctx);
-        return s.ok() ? topk(tp, topk_ctx) : s;
-      },
-      unfused_indices, unfused_values, out_elems, reps, &out->unfused_ms);
+  const auto unfused_call = [&](bool check_ranges) {
+    scores_ctx.check_ranges = topk_ctx.check_ranges = check_ranges;
+    const Status s = indexer_scores(sp, scores_ctx);
+    return s.ok() ? topk(tp, topk_ctx) : s;
+  };
+
+  st = timed_rounds(reps,
+                    {poisoned_side(fused_call, fused_indices, fused_values, out_elems, &out->fused_ms),
+                     poisoned_side(math_call, math_indices, math_values, out_elems, &out->math_ms),
+                     poisoned_side(unfused_call, unfused_indices, unfused_values, out_elems, &out->unfused_ms)},
+                    "timed call");
+  if (st.ok()) st = download(fused_indices, fused_values, &out->fused);
   if (st.ok()) st = download(unfused_indices, unfused_values, &out->unfused);
   if (st.ok() && keep_scores) {
     out->scores.resize(score_elems);

@@ -15,7 +15,9 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
                      tools::TopkOutput* out, std::vector<double>* ms);
 
 // The fused indexer top-k beside our unfused pipeline, on the same device
-// inputs in one run, each timed `reps` times after a warm-up:
+// inputs in one run, each timed `reps` times after a warm-up, call by call
+// in turn (fused, math-only, unfused, fused, ...) so that all three meet
+// the same power state:
 //   * fused: the complete operator (dsa::indexer_topk, every stage);
 //   * unfused: indexer_scores into a [T, N] matrix, then topk (both CUDA);
 //   * math-only: the fused kernel's control build (fused::FusedMode::
