@@ -120,6 +120,18 @@ struct Workspace {
     Status st = workspace_size(p, Backend::kCuda, &bytes);
     return st.ok() ? buffer.alloc(bytes) : st;
   }
+
+  // A call of `run` on the CUDA backend with this workspace, as a timed side
+  // takes it (check_ranges: the warm-up's validation). p and the workspace
+  // must outlive it.
+  template <typename Params>
+  auto call(const Params& p, Status (*run)(const Params&, const ExecutionContext&)) const {
+    return [this, &p, run](bool check_ranges) {
+      ExecutionContext ctx{Backend::kCuda, nullptr, 0, buffer.as<void>(), bytes};
+      ctx.check_ranges = check_ranges;
+      return run(p, ctx);
+    };
+  }
 };
 
 // Allocates the operator's workspace, times it on the CUDA backend and
@@ -131,13 +143,7 @@ Status time_operator(const Params& p, Status (*workspace_size)(const Params&, Ba
   Workspace ws;
   Status st = ws.alloc(p, workspace_size);
   if (!st.ok()) return st;
-  ExecutionContext ctx{Backend::kCuda, nullptr, 0, ws.buffer.as<void>(), ws.bytes};
-  st = timed_runs(
-      [&](bool check_ranges) {
-        ctx.check_ranges = check_ranges;
-        return run(p, ctx);
-      },
-      indices, values, out->indices.size(), reps, ms);
+  st = timed_runs(ws.call(p, run), indices, values, out->indices.size(), reps, ms);
   return st.ok() ? download(indices, values, out) : st;
 }
 
@@ -172,7 +178,6 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
                                  int reps, bool keep_scores, IndexerComparison* out) {
   DeviceInputs inputs;
-  tools::TopkOutput math_out;  // sized only: the control writes no indices
   DeviceBuffer fused_indices, fused_values, math_indices, math_values, unfused_indices, unfused_values, scores,
       checksum;
   const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
@@ -180,7 +185,9 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   for (Status st : {inputs.upload(prob),
                     prepare_outputs(prob.T, options, want_values, fused_indices, fused_values, &out->fused),
                     prepare_outputs(prob.T, options, want_values, unfused_indices, unfused_values, &out->unfused),
-                    prepare_outputs(prob.T, options, want_values, math_indices, math_values, &math_out),
+                    // the math-only control writes no indices: its buffers only take the poison
+                    math_indices.alloc(out_elems * sizeof(std::int32_t)),
+                    want_values ? math_values.alloc(out_elems * sizeof(float)) : Status::Ok(),
                     scores.alloc(score_elems * sizeof(float)), checksum.alloc(sizeof(std::uint32_t))}) {
     if (!st.ok()) return st;
   }
@@ -194,11 +201,7 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   Workspace workspace;
   Status st = workspace.alloc(p, &indexer_topk_workspace_size);
   if (!st.ok()) return st;
-  ExecutionContext fused_ctx{Backend::kCuda, nullptr, 0, workspace.buffer.as<void>(), workspace.bytes};
-  const auto fused_call = [&](bool check_ranges) {
-    fused_ctx.check_ranges = check_ranges;
-    return indexer_topk(p, fused_ctx);
-  };
+  const auto fused_call = workspace.call(p, &indexer_topk);
 
   // Its math-only control: same inputs and workspace (the fused call before
   // it in the warm-up round validated them), every score folded into the
@@ -229,12 +232,12 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   Workspace topk_workspace;
   st = topk_workspace.alloc(tp, &topk_workspace_size);
   if (!st.ok()) return st;
-  ExecutionContext scores_ctx{Backend::kCuda, nullptr, 0, nullptr, 0};
-  ExecutionContext topk_ctx{Backend::kCuda, nullptr, 0, topk_workspace.buffer.as<void>(), topk_workspace.bytes};
+  Workspace no_workspace;  // indexer_scores takes none
+  const auto scores_call = no_workspace.call(sp, &indexer_scores);
+  const auto topk_call = topk_workspace.call(tp, &topk);
   const auto unfused_call = [&](bool check_ranges) {
-    scores_ctx.check_ranges = topk_ctx.check_ranges = check_ranges;
-    const Status s = indexer_scores(sp, scores_ctx);
-    return s.ok() ? topk(tp, topk_ctx) : s;
+    const Status s = scores_call(check_ranges);
+    return s.ok() ? topk_call(check_ranges) : s;
   };
 
   st = timed_rounds(reps,
