@@ -83,5 +83,20 @@ TEST(LaunchPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(1, n, none), 1);
 }
 
+// The staged route's programmatic top-k: the resident kernel only once its
+// rows fill the device's CTAs (528 at 8K, 264 at 16K on the H200), every
+// sampled launch whatever its rows, and nothing that was not asked for.
+TEST(LaunchPlan, ProgrammaticLaunchSkipsResidentLaunchesOfFewRows) {
+  constexpr int kSlots8K = 4 * 132;
+  EXPECT_FALSE(launch_programmatic(true, true, 64, kSlots8K));
+  EXPECT_FALSE(launch_programmatic(true, true, kSlots8K - 1, kSlots8K));
+  EXPECT_TRUE(launch_programmatic(true, true, kSlots8K, kSlots8K));
+  EXPECT_TRUE(launch_programmatic(true, true, 4096, kSlots8K));
+  EXPECT_TRUE(launch_programmatic(true, false, 1, 132));
+  EXPECT_TRUE(launch_programmatic(true, false, 64, 2 * 132));
+  EXPECT_FALSE(launch_programmatic(false, false, 64, 2 * 132));
+  EXPECT_FALSE(launch_programmatic(false, true, 4096, kSlots8K));
+}
+
 }  // namespace
 }  // namespace dsa::selection::topk

@@ -68,4 +68,19 @@ constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, c
   return 1;
 }
 
+// Whether a launch asked to follow the scores' producer programmatically
+// (TopkHooks::after_producer) is launched so: num_rows rows of a kernel the
+// device holds ctas_on_device CTAs of at once. Not when the resident kernel
+// has fewer rows than that. Measured on the H200 in the operator's staged
+// route against ordinary launches (docs/perf-log.md "Session 25"): 64 / 132
+// / 264 x 8K sorted took 1.68 / 1.57 / 1.25x the time (default options
+// 1.02-1.07x), 64 x 16K 1.03-1.24x, and 64 sorted 8K rows took about as
+// long as 528 (a full launch), as if the early CTAs sat several to an SM
+// instead of spread over the device (inferred, not traced). 528 x 8K,
+// 264 x 16K and every sampled launch (32K-1M, decode shapes) gained
+// 0.5-4.5 %.
+constexpr bool launch_programmatic(bool after_producer, bool resident, std::int64_t num_rows, int ctas_on_device) {
+  return after_producer && !(resident && num_rows < ctas_on_device);
+}
+
 }  // namespace dsa::selection::topk

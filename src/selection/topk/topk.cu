@@ -29,7 +29,8 @@ struct Instance {
   int threads;
   int ctas_on_device;  // SMs x CTAs an SM
   int l2_bytes;
-  int cluster = 1;     // CTAs a row (topk_split_kernel when > 1)
+  int cluster = 1;        // CTAs a row (topk_split_kernel when > 1)
+  bool resident = false;  // topk_resident_kernel
 };
 
 // Sets the kernel's dynamic shared-memory size and the least carveout that
@@ -129,9 +130,11 @@ Status prepare_split(int device, const DeviceLimits& limits, std::int64_t num_ro
 
 template <int K, class R>
 Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
-  return prepare(reinterpret_cast<const void*>(&topk_resident_kernel<K, R>),
-                 sizeof(typename ResidentConfig<K, R>::SharedStorage), R::kThreads, R::kMinCtasPerSm, device,
-                 limits, out);
+  const Status st = prepare(reinterpret_cast<const void*>(&topk_resident_kernel<K, R>),
+                            sizeof(typename ResidentConfig<K, R>::SharedStorage), R::kThreads, R::kMinCtasPerSm,
+                            device, limits, out);
+  out->resident = true;
+  return st;
 }
 
 // Rows are at most num_cols long (known on the host without reading
@@ -214,6 +217,7 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
   }
   const Status st = prepare_for(params.options.k, params.num_rows, params.num_cols, engine, hooks.split_ctas, &inst);
   if (!st.ok()) return st;
+  const bool programmatic = launch_programmatic(hooks.after_producer, inst.resident, params.num_rows, inst.ctas_on_device);
   const KernelParams kp{params.scores,
                         params.score_stride,
                         params.ks,
@@ -230,10 +234,10 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.trace,
                         hooks.row_mask,
                         row_prefetch_bytes(params.num_rows * inst.cluster, inst.ctas_on_device, inst.l2_bytes),
-                        hooks.after_producer};
+                        programmatic};
   void* args[] = {const_cast<KernelParams*>(&kp)};
   cudaLaunchAttribute attrs[2] = {};
-  const cudaLaunchConfig_t cfg = launch_config(inst, params.num_rows, stream, hooks.after_producer, attrs);
+  const cudaLaunchConfig_t cfg = launch_config(inst, params.num_rows, stream, programmatic, attrs);
   const cudaError_t err = cfg.numAttrs > 0 ? cudaLaunchKernelExC(&cfg, inst.kernel, args)
                                            : cudaLaunchKernel(inst.kernel, cfg.gridDim, cfg.blockDim, args,
                                                               cfg.dynamicSmemBytes, stream);

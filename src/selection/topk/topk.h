@@ -77,7 +77,9 @@ struct TopkHooks {
   // Launched programmatically after the kernel that writes the scores
   // (which calls sm90::allow_dependent_launch): the top-k's CTAs may take
   // the SMs that kernel's CTAs leave and wait there for its end before they
-  // read anything, instead of being launched after it.
+  // read anything, instead of being launched after it. The launcher
+  // declines where that measured slower (launch_programmatic in topk.cu:
+  // the resident kernel with fewer rows than the device holds CTAs of it).
   bool after_producer = false;
 };
 
