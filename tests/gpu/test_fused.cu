@@ -892,7 +892,8 @@ TEST(FusedGpuLong, Causal64x128K) {
 
 // Rows of a million keys through the public operator: 72 rows of 2^20
 // keys pass the 256 MB of staged_by_shape's one-batch rule, so the route
-// by shape is the fused one (whose repair batches take the 512 MB buffer) (16384 samples a row, the threshold's widest plan);
+// by shape is the fused one (16384 samples a row, the threshold's widest
+// plan; its repair batches take the 512 MB buffer);
 // deterministic sorted output with values slot by slot against the
 // unfused pipeline, kAny against its scores.
 TEST(FusedGpuLong, MillionKeyRowsFusedRoute) {

@@ -40,7 +40,7 @@ bench options:
                             inputs come from device memory as on fresh data)
   --rest-ms M               let the GPU idle M ms before each timed call (default 0: back to
                             back, as an engine runs; under sustained load the 700 W cap lowers
-                            the clock within some tens of ms: the GHz column shows it)
+                            the clock within some tens of ms, so long rows time slower)
   --no-verify               skip the exactness check of each timed result
   (--op indexer --backend cuda: ms is the fused operator; the table adds our
    unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's

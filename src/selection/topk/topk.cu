@@ -133,7 +133,7 @@ Status prepare_resident(int device, const DeviceLimits& limits, Instance* out) {
   const Status st = prepare(reinterpret_cast<const void*>(&topk_resident_kernel<K, R>),
                             sizeof(typename ResidentConfig<K, R>::SharedStorage), R::kThreads, R::kMinCtasPerSm,
                             device, limits, out);
-  out->resident = true;
+  if (st.ok()) out->resident = true;
   return st;
 }
 

@@ -78,8 +78,9 @@ struct TopkHooks {
   // (which calls sm90::allow_dependent_launch): the top-k's CTAs may take
   // the SMs that kernel's CTAs leave and wait there for its end before they
   // read anything, instead of being launched after it. The launcher
-  // declines where that measured slower (launch_programmatic in topk.cu:
-  // the resident kernel with fewer rows than the device holds CTAs of it).
+  // declines where that measured slower (launch_programmatic in
+  // launch_plan.h: the resident kernel with fewer rows than the device
+  // holds CTAs of it).
   bool after_producer = false;
 };
 
