@@ -137,11 +137,16 @@ Status indexer_topk(const IndexerTopkParams& params, const ExecutionContext& ctx
 
 // ------------------------------------------------------ indexer scores -----
 // The scores themselves: the unfused pipeline's first stage. Entries of a row
-// outside [ks[t], ke[t]) are not written. The CUDA backend's scores are
-// bit-identical to the fused operator's (they share the arithmetic).
+// outside [ks[t], ke[t]) are not written unless fill_outside is set. The CUDA
+// backend's scores are bit-identical to the fused operator's (they share the
+// arithmetic).
 struct IndexerScoresParams : IndexerInputs {
   float* scores = nullptr;               // [T, score_stride] fp32, 4-byte aligned
   std::int64_t score_stride = 0;         // elements between rows, >= N
+  bool fill_outside = false;             // also write -inf to columns [0, ks[t]) and
+                                         //   [ke[t], N) of every row (what a caller
+                                         //   that reads whole rows needs); columns
+                                         //   [N, score_stride) are never written
 };
 
 Status indexer_scores(const IndexerScoresParams& params, const ExecutionContext& ctx);

@@ -223,17 +223,20 @@ std::tuple<at::Tensor, at::Tensor> indexer_topk(const at::Tensor& q, const at::T
   return {indices, values};
 }
 
-// Scores [T, N] fp32; entries outside a row's [ks, ke) are -inf (the
-// kernel writes only inside the range, so the buffer starts at -inf).
+// Scores [T, N] fp32. With clean, entries outside a row's [ks, ke) are -inf,
+// written by the library beside the scoring kernel (only those entries, so
+// the op writes each entry once); without it they are left as allocated
+// (DeepGEMM's clean_logits=False).
 at::Tensor indexer_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_scale, const at::Tensor& w,
-                          const at::Tensor& ks, const at::Tensor& ke, bool check_ranges) {
+                          const at::Tensor& ks, const at::Tensor& ke, bool clean, bool check_ranges) {
   dsa::IndexerScoresParams p;
   static_cast<dsa::IndexerInputs&>(p) = indexer_inputs(q, k, k_scale, w, ks, ke);
   const c10::cuda::CUDAGuard guard(q.device());
-  at::Tensor scores = at::full({p.num_queries, p.num_keys}, -std::numeric_limits<float>::infinity(),
-                               at::TensorOptions().device(q.device()).dtype(at::kFloat));
+  at::Tensor scores =
+      at::empty({p.num_queries, p.num_keys}, at::TensorOptions().device(q.device()).dtype(at::kFloat));
   p.scores = data<float>(scores);
   p.score_stride = p.num_keys;
+  p.fill_outside = clean;
   at::Tensor workspace;
   const dsa::ExecutionContext ctx = cuda_context(q.device(), 0, check_ranges, &workspace);
   raise_if_error(dsa::indexer_scores(p, ctx), "indexer_scores", kIndexerOrigins);
@@ -305,7 +308,7 @@ TORCH_LIBRARY(dsa_topk, m) {
       "-> (Tensor indices, Tensor values)");
   m.def(
       "indexer_scores(Tensor q, Tensor k, Tensor k_scale, Tensor w, Tensor ks, Tensor ke, *, "
-      "bool check_ranges=True) -> Tensor");
+      "bool clean=True, bool check_ranges=True) -> Tensor");
 }
 
 // CUDA runs the library. CPU takes the same functions, so a call with host

@@ -35,5 +35,5 @@ def _topk_fake(scores, ks, ke, topk=2048, *, num_cols=None, relative=False, dete
 
 
 @torch.library.register_fake("dsa_topk::indexer_scores")
-def _indexer_scores_fake(q, k, k_scale, w, ks, ke, *, check_ranges=True):
+def _indexer_scores_fake(q, k, k_scale, w, ks, ke, *, clean=True, check_ranges=True):
     return _new_empty(q, (q.shape[0], k.shape[0]), torch.float32)

@@ -82,9 +82,11 @@ def topk(scores: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, topk: int = 2
 
 
 def indexer_scores(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, w: torch.Tensor, ks: torch.Tensor,
-                   ke: torch.Tensor, *, check_ranges: bool = True) -> torch.Tensor:
-    """The scoring kernel alone: fp32 scores [T, N]. Entries outside a row's
-    [ks[t], ke[t]) are -inf (the output is allocated filled with -inf; the
-    kernel writes only inside each row's range). Bit-identical to the scores
-    the fused operator selects from."""
-    return _ops.indexer_scores(q, k, k_scale, w, ks, ke, check_ranges=check_ranges)
+                   ke: torch.Tensor, *, clean: bool = True, check_ranges: bool = True) -> torch.Tensor:
+    """The scoring kernel alone: fp32 scores [T, N]. With ``clean`` (the
+    default) entries outside a row's [ks[t], ke[t]) are -inf: only those
+    entries are filled, beside the kernel that writes the range. With
+    ``clean=False`` they hold whatever the allocation held (DeepGEMM's
+    ``clean_logits=False``), for callers that read only the ranges.
+    Bit-identical to the scores the fused operator selects from."""
+    return _ops.indexer_scores(q, k, k_scale, w, ks, ke, clean=clean, check_ranges=check_ranges)

@@ -45,6 +45,22 @@ def test_indexer_scores_heads_32_and_strided_keys():
     assert bool((err <= score_tolerance(ref, False, row_magnitude(p, 0, p.T))).all())
 
 
+@pytest.mark.parametrize("layout", ["causal", "varlen", "boundary"])
+def test_indexer_scores_clean_fills_only_outside(layout):
+    """clean=True (the default) gives -inf outside every range and the range's
+    scores inside; clean=False gives the same bits inside (that it writes
+    nothing outside is the C++ GPU test's to check: the op allocates its
+    own output)."""
+    p = make_problem("model-like", layout, T=40, N=3000, seed=4)
+    clean = dsa_topk.indexer_scores(*p.inputs())
+    cols = torch.arange(p.N, device="cuda")
+    inside = (cols[None, :] >= p.ks[:, None].long()) & (cols[None, :] < p.ke[:, None].long())
+    assert bool((clean[~inside] == float("-inf")).all())
+    assert bool(torch.isfinite(clean[inside]).all())
+    raw = dsa_topk.indexer_scores(*p.inputs(), clean=False)
+    assert torch.equal(bits(raw[inside]), bits(clean[inside]))
+
+
 # -------------------------------------------------------------- indexer_topk --
 
 CASES = [(dist, layout, K) for dist in DISTRIBUTIONS

@@ -168,7 +168,12 @@ Status indexer_scores_cpu(const IndexerScoresParams& p, int num_threads) {
   parallel_rows(p.num_queries, num_threads, [&](std::int64_t t) {
     thread_local std::vector<float> row;
     score_row(p, keys, t, &row);
-    std::copy(row.begin(), row.end(), p.scores + t * p.score_stride + p.ks[t]);
+    float* out = p.scores + t * p.score_stride;
+    std::copy(row.begin(), row.end(), out + p.ks[t]);
+    if (p.fill_outside) {
+      std::fill(out, out + p.ks[t], -std::numeric_limits<float>::infinity());
+      std::fill(out + p.ke[t], out + p.num_keys, -std::numeric_limits<float>::infinity());
+    }
   });
   return Status::Ok();
 }

@@ -76,6 +76,39 @@ TEST(ReferenceScores, StridedKeysIgnorePadding) {
   }
 }
 
+// The CPU backend's indexer_scores writes the ranges' scores, and with
+// fill_outside -inf in every other column below N; columns past N (the
+// stride's padding) are never written.
+TEST(ReferenceScores, IndexerScoresFillOutsideTheRanges) {
+  for (bool fill : {false, true}) {
+    for (Layout layout : tools::all_layouts()) {
+      const auto prob = indexer_problem(Distribution::kModelLike, layout, 11, 777, 512, 64, 0, 21);
+      const std::int64_t stride = prob.N + 5;
+      constexpr float kPoison = 12345.0f;
+      std::vector<float> out(static_cast<std::size_t>(prob.T * stride), kPoison);
+      IndexerScoresParams p;
+      static_cast<IndexerInputs&>(p) = prob.params(nullptr, nullptr, SelectOptions{});
+      p.scores = out.data();
+      p.score_stride = stride;
+      p.fill_outside = fill;
+      ASSERT_TRUE(indexer_scores(p, ExecutionContext{}).ok());
+      const auto rows = reference_scores(prob.params(nullptr, nullptr, SelectOptions{}));
+      for (std::int64_t t = 0; t < prob.T; ++t) {
+        for (std::int64_t s = 0; s < stride; ++s) {
+          const float v = out[t * stride + s];
+          if (s >= prob.ks[t] && s < prob.ke[t]) {
+            ASSERT_EQ(v, rows[t][s - prob.ks[t]]) << tools::to_string(layout) << " row " << t << " key " << s;
+          } else if (fill && s < prob.N) {
+            ASSERT_EQ(v, -INFINITY) << tools::to_string(layout) << " row " << t << " key " << s;
+          } else {
+            ASSERT_EQ(v, kPoison) << tools::to_string(layout) << " fill " << fill << " row " << t << " key " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
 struct Case {
   Distribution dist;
   Layout layout;

@@ -41,7 +41,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 constexpr int kK = 512;
 
 // Scores of `prob` on the GPU, [T, stride = N + 3], outputs poisoned first.
-std::vector<float> gpu_scores(const IndexerProblem& prob, std::int64_t* stride_out) {
+std::vector<float> gpu_scores(const IndexerProblem& prob, std::int64_t* stride_out, bool fill_outside = false) {
   const std::int64_t stride = prob.N + 3;
   DeviceArray<std::uint8_t> q(prob.q), k(prob.k);
   DeviceArray<float> k_scale(prob.k_scale), w(prob.w), scores(static_cast<std::size_t>(prob.T * stride));
@@ -57,6 +57,7 @@ std::vector<float> gpu_scores(const IndexerProblem& prob, std::int64_t* stride_o
   p.ke = ke.get();
   p.scores = scores.get();
   p.score_stride = stride;
+  p.fill_outside = fill_outside;
   ExecutionContext ctx;
   ctx.backend = Backend::kCuda;
   const Status st = indexer_scores(p, ctx);
@@ -67,9 +68,12 @@ std::vector<float> gpu_scores(const IndexerProblem& prob, std::int64_t* stride_o
 }
 
 // Compares every entry: in range against `expect(t, s, cpu_score)`, out of
-// range against the poison. Returns the number of in-range entries checked.
+// range against the poison, or, with fill_outside, columns below N outside
+// the range against -inf (columns N.. stride-1 against the poison either way).
+// Returns the number of in-range entries checked.
 template <typename Expect>
-std::int64_t compare(const IndexerProblem& prob, const std::vector<float>& gpu, std::int64_t stride, Expect expect) {
+std::int64_t compare(const IndexerProblem& prob, const std::vector<float>& gpu, std::int64_t stride, Expect expect,
+                     bool fill_outside = false) {
   const IndexerInputs in = prob.params(nullptr, nullptr, SelectOptions{});
   const reference::DecodedKeys keys(in, 0);
   std::vector<float> row;
@@ -82,6 +86,12 @@ std::int64_t compare(const IndexerProblem& prob, const std::vector<float>& gpu, 
       if (s >= prob.ks[t] && s < prob.ke[t]) {
         if (!expect(t, s, row[s - prob.ks[t]], g)) return -1;
         ++checked;
+      } else if (fill_outside && s < prob.N) {
+        if (!same_bits(g, -INFINITY)) {
+          ADD_FAILURE() << "row " << t << " key " << s << " outside [" << prob.ks[t] << ", " << prob.ke[t]
+                        << ") is " << g << ", not -inf";
+          return -1;
+        }
       } else if (!same_bits(g, poison)) {
         ADD_FAILURE() << "row " << t << " key " << s << " outside [" << prob.ks[t] << ", " << prob.ke[t]
                       << ") was written: " << g;
@@ -92,14 +102,17 @@ std::int64_t compare(const IndexerProblem& prob, const std::vector<float>& gpu, 
   return checked;
 }
 
-std::int64_t expect_bit_exact(const IndexerProblem& prob) {
+std::int64_t expect_bit_exact(const IndexerProblem& prob, bool fill_outside = false) {
   std::int64_t stride = 0;
-  const std::vector<float> gpu = gpu_scores(prob, &stride);
-  return compare(prob, gpu, stride, [&](std::int64_t t, std::int64_t s, float cpu, float g) {
-    if (same_bits(cpu, g)) return true;
-    ADD_FAILURE() << prob.name << " row " << t << " key " << s << ": gpu " << g << " cpu " << cpu;
-    return false;
-  });
+  const std::vector<float> gpu = gpu_scores(prob, &stride, fill_outside);
+  return compare(
+      prob, gpu, stride,
+      [&](std::int64_t t, std::int64_t s, float cpu, float g) {
+        if (same_bits(cpu, g)) return true;
+        ADD_FAILURE() << prob.name << " row " << t << " key " << s << ": gpu " << g << " cpu " << cpu;
+        return false;
+      },
+      fill_outside);
 }
 
 void bit_exact_on_every_layout(int H) {
@@ -202,6 +215,24 @@ TEST(ScoringGpu, NonFiniteInputsStayInBounds) {
   }
   // Keys without NaN bytes in rows with finite weights keep finite scores.
   EXPECT_TRUE(std::isfinite(gpu[0 * stride + 1]));
+}
+
+// fill_outside: every column below N outside a row's range is -inf, the
+// range keeps its exact scores, and the padding columns past N stay
+// untouched; on every layout (empty rows, whole rows, suffixes, ragged
+// batches), with rows whose ranges start and end off any tile or warp width.
+TEST(ScoringGpu, FillOutsideWritesOnlyOutsideTheRanges) {
+  std::uint64_t seed = 70;
+  for (Layout layout : tools::all_layouts()) {
+    const auto prob = indexer_problem(Distribution::kSmallInteger, layout, 37, 1000, kK, 64, 0, ++seed);
+    EXPECT_GT(expect_bit_exact(prob, true), 0) << prob.name;
+  }
+  auto prob = indexer_problem(Distribution::kSmallInteger, Layout::kFull, 7, 300, kK, 64, 0, 17);
+  prob.ks = {0, 5, 33, 130, 299, 65, 300};
+  prob.ke = {300, 300, 64, 131, 300, 65, 300};
+  EXPECT_EQ(expect_bit_exact(prob, true), 300 + 295 + 31 + 1 + 1);
+  EXPECT_GE(expect_bit_exact(indexer_problem(Distribution::kSmallInteger, Layout::kBoundary, 10, 1, kK, 64, 0, 9), true),
+            0);
 }
 
 // Rows of length 0 and 1 (N = 1): nothing outside the ranges is written.
