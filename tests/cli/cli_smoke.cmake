@@ -28,6 +28,8 @@ run(2 "unknown distribution 'nope'" bench --T 6 --N 3000 --dist ties,nope)
 run(2 "--op: expected indexer, scores or topk, got 'nope'" bench --op nope --T 6 --N 3000)
 run(2 "--rest-ms: expected 0 to 10000 milliseconds" bench --backend cuda --T 6 --N 3000 --rest-ms -5)
 run(2 "--rest-ms: rests the GPU (--backend cuda)" bench --T 6 --N 3000 --rest-ms 10)
+run(2 "--route: the CUDA indexer's option (--op indexer --backend cuda)" bench --op scores --T 6 --N 3000 --route fused)
+run(2 "--route: expected by-shape, fused or staged, got 'sideways'" bench --backend cuda --T 6 --N 3000 --route sideways)
 run(0 "wrote" generate --dist model-like --layout varlen-batch --T 5 --N 900 --K 512 --out "${WORK_DIR}/in.safetensors")
 run(0 "checked 5 rows: 0 failed" replay "${WORK_DIR}/in.safetensors" --verify --relative --values
     --out "${WORK_DIR}/out.safetensors")

@@ -416,7 +416,8 @@ tools::CheckReport check_dense_in_parallel(const IndexerProblem& prob, const std
 // smallest-index ties; with kAny ties, a valid top-k of the unfused scores
 // (bit-identical to the fused scores by contract), by the one checker.
 Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout layout, const SelectOptions& options,
-                          bool values, int reps, bool check, int index, int total) {
+                          bool values, int reps, bool check, const IndexerBenchHooks& bench_hooks, int index,
+                          int total) {
   std::fprintf(stderr, "[%d/%d] indexer %s/%s T=%lld N=%lld K=%d on cuda: fused, unfused, math-only ...\n", index,
                total, std::string(tools::to_string(dist)).c_str(), std::string(tools::to_string(layout)).c_str(),
                static_cast<long long>(prob.T), static_cast<long long>(prob.N), options.k);
@@ -425,7 +426,7 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
   row.heads = prob.H;
   const bool any_ties = options.ties == TieBreak::kAny;
   IndexerComparison cmp;
-  const Status st = compare_indexer_on_device(prob, options, values, reps, check && any_ties, &cmp);
+  const Status st = compare_indexer_on_device(prob, options, values, reps, check && any_ties, bench_hooks, &cmp);
   if (!st.ok()) {
     row.result = st.to_string();
     return row;
@@ -566,7 +567,8 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms"}));
+  args.expect_only(
+      with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms", "route"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string grid = args.get("grid", "small");
   const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
@@ -601,6 +603,20 @@ int run_bench(const Args& args) {
   if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
   if (rest > 0 && backend != Backend::kCuda) throw std::invalid_argument("--rest-ms: rests the GPU (--backend cuda)");
   set_rest_ms(static_cast<int>(rest));
+  IndexerBenchHooks bench_hooks;
+  if (args.flag("route")) {
+    if (op != "indexer" || backend != Backend::kCuda) {
+      throw std::invalid_argument("--route: the CUDA indexer's option (--op indexer --backend cuda)");
+    }
+    const std::string route = args.get("route", "by-shape");
+    if (route == "fused") {
+      bench_hooks.route = IndexerBenchHooks::Route::kFused;
+    } else if (route == "staged") {
+      bench_hooks.route = IndexerBenchHooks::Route::kStaged;
+    } else if (route != "by-shape") {
+      throw std::invalid_argument("--route: expected by-shape, fused or staged, got '" + route + "'");
+    }
+  }
   GpuCeilings ceilings;
   if (backend == Backend::kCuda) {
     std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
@@ -619,7 +635,7 @@ int run_bench(const Args& args) {
         rows.push_back(run_scores_case(tools::make_indexer_problem(spec), dist, backend, reps, ++index, total));
       } else if (op == "indexer" && backend == Backend::kCuda) {
         rows.push_back(run_indexer_cuda_case(tools::make_indexer_problem(spec), dist, spec.layout, options,
-                                             args.flag("values"), reps, check, ++index, total));
+                                             args.flag("values"), reps, check, bench_hooks, ++index, total));
       } else if (op == "indexer") {
         rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
                                 threads, reps, check, ++index, total));

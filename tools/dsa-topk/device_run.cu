@@ -120,6 +120,10 @@ struct Workspace {
     Status st = workspace_size(p, Backend::kCuda, &bytes);
     return st.ok() ? buffer.alloc(bytes) : st;
   }
+  Status alloc_bytes(std::size_t n) {
+    bytes = n;
+    return buffer.alloc(n);
+  }
 
   // A call of `run` on the CUDA backend with this workspace, as a timed side
   // takes it (check_ranges: the warm-up's validation). p and the workspace
@@ -176,7 +180,8 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 }
 
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
-                                 int reps, bool keep_scores, IndexerComparison* out) {
+                                 int reps, bool keep_scores, const IndexerBenchHooks& bench_hooks,
+                                 IndexerComparison* out) {
   DeviceInputs inputs;
   DeviceBuffer fused_indices, fused_values, math_indices, math_values, unfused_indices, unfused_values, scores,
       checksum;
@@ -193,15 +198,26 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   }
   IndexerTopkParams p = prob.params(fused_indices.as<std::int32_t>(), fused_values.as<float>(), options);
   static_cast<IndexerInputs&>(p) = inputs.bind(p);
-  out->staged = fused::staged_by_shape(p.num_queries, p.num_keys);
+  fused::FusedHooks route_hooks;
+  using BenchRoute = IndexerBenchHooks::Route;
+  route_hooks.route = bench_hooks.route == BenchRoute::kFused    ? fused::FusedHooks::Route::kFused
+                      : bench_hooks.route == BenchRoute::kStaged ? fused::FusedHooks::Route::kStaged
+                                                                 : fused::FusedHooks::Route::kByShape;
+  out->staged = bench_hooks.route == BenchRoute::kByShape ? fused::staged_by_shape(p.num_queries, p.num_keys)
+                                                          : bench_hooks.route == BenchRoute::kStaged;
 
   // The three sides are timed call by call in turn (timed_rounds), so they
   // meet the same power state.
-  // The fused operator, through the public API.
+  // The fused operator, through the public API (or with its route pinned).
   Workspace workspace;
-  Status st = workspace.alloc(p, &indexer_topk_workspace_size);
+  Status st = bench_hooks.route == BenchRoute::kByShape ? workspace.alloc(p, &indexer_topk_workspace_size)
+                                                          : workspace.alloc_bytes(fused::workspace_size(p, route_hooks));
   if (!st.ok()) return st;
-  const auto fused_call = workspace.call(p, &indexer_topk);
+  const auto public_call = workspace.call(p, &indexer_topk);
+  const auto fused_call = [&](bool check_ranges) {
+    if (bench_hooks.route == BenchRoute::kByShape) return public_call(check_ranges);
+    return fused::launch_indexer_topk(p, nullptr, workspace.buffer.as<void>(), workspace.bytes, route_hooks);
+  };
 
   // Its math-only control: same inputs and workspace (the fused call before
   // it in the warm-up round validated them), every score folded into the

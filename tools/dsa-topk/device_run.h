@@ -23,14 +23,20 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 //   * math-only: the fused kernel's control build (fused::FusedMode::
 //     kMathOnly) on the same workspace, so fused - math-only is the exposed
 //     selection time.
+// With a pinned route the fused side runs fused::launch_indexer_topk with
+// that route (kByShape: the public dsa::indexer_topk).
+struct IndexerBenchHooks {
+  enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
+};
 struct IndexerComparison {
   tools::TopkOutput fused, unfused;  // the last result of each
   std::vector<float> scores;         // [T, N] unfused scores, when asked for
   std::vector<double> fused_ms, unfused_ms, math_ms;
-  bool staged = false;  // the operator took the staged route (fused::staged_by_shape), not the fused stages
+  bool staged = false;  // the fused side took the staged route, not the fused stages
 };
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
-                                 int reps, bool keep_scores, IndexerComparison* out);
+                                 int reps, bool keep_scores, const IndexerBenchHooks& bench_hooks,
+                                 IndexerComparison* out);
 
 // The scoring kernel alone ([T, N] fp32 scores); `scores` receives the
 // last run's matrix when non-null.

@@ -42,6 +42,9 @@ bench options:
                             back, as an engine runs; under sustained load the 700 W cap lowers
                             the clock within some tens of ms, so long rows time slower)
   --no-verify               skip the exactness check of each timed result
+  --route by-shape|fused|staged
+                            (--op indexer --backend cuda) the operator's route (default by
+                            shape: staged up to 128K keys)
   (--op indexer --backend cuda: ms is the fused operator; the table adds our
    unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's
    math-only control and the exposed selection time; the fused result is
