@@ -20,8 +20,6 @@ namespace dsa::fused {
 
 inline constexpr int kMathThreads = 128 * scoring::kMathWarpgroups;
 inline constexpr int kMathWarps = kMathThreads / 32;
-inline constexpr int kStagedEntries = 11264;  // 88 KiB of staged candidates per CTA (91 KiB
-                                               // padded: what the scoring kernel leaves of 227)
 
 // Staging is private to each lane: a lane stores R queries' scores of two
 // key rows per tile, so it appends its candidates to its own slots
@@ -47,7 +45,11 @@ inline constexpr int kStagedEntries = 11264;  // 88 KiB of staged candidates per
 template <int kQueries>
 struct CandidateSink {
   static constexpr int kR = kQueries / 4;  // queries per lane
-  static constexpr int kLaneSlots = kStagedEntries / (kMathThreads * kR);
+  // The staging slots take the shared memory the scoring kernel leaves (its
+  // storage and the 1 KiB alignment of the base); rows padded to 33 entries.
+  static constexpr int kLaneSlots =
+      (scoring::kMaxSmemBytes - 1024 - static_cast<int>(sizeof(scoring::SharedStorage))) /
+      (kMathWarps * kR * 33 * static_cast<int>(sizeof(std::uint64_t)));
   static_assert(kLaneSlots > 2);
   const std::uint32_t* tau;      // [T] threshold keys
   std::uint32_t* count;          // [T] scores staged (zeroed by the threshold stage)

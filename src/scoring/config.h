@@ -38,6 +38,8 @@ struct Shape {
   static_assert(kQueries <= kTileCols / 32, "SharedStorage::rows holds kTileCols / 32 rows (H >= 32)");
 };
 
+inline constexpr int kMaxSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may have (H100/H200)
+
 inline constexpr int kUnitSlots = 2;         // units in flight: the next unit's queries load
                                              // while the current one finishes
 

@@ -51,7 +51,7 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   if (!st.ok()) return st;
 
   constexpr int kSmemBytes = scoring_smem_bytes<Sink>();
-  static_assert(kSmemBytes <= 227 * 1024, "scoring kernel shared memory exceeds the H100/H200 limit");
+  static_assert(kSmemBytes <= kMaxSmemBytes, "scoring kernel shared memory exceeds the H100/H200 limit");
   auto kernel = indexer_scores_kernel<kHeads, Sink>;
   // Persistent: as many CTAs as fit at once (one per SM); schedule.cuh
   // splits the work evenly among them on the device. The shared-memory
