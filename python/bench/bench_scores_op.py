@@ -21,7 +21,10 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# The package comes from PYTHONPATH, never from beside this script: the A/B
+# (scripts/ab-python.sh) runs this one script against two trees' packages.
+if os.environ.get("PYTHONPATH") is None:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dsa_topk  # noqa: E402,F401  (registers torch.ops.dsa_topk)
 
 GRID = "4096x8192,4096x16384,4096x32768,4096x65536,4096x131072,512x131072,64x131072"
@@ -88,9 +91,11 @@ def main():
         print(f"{T} x {N}: default {row['default_ms']:.3f} ms{extra}", flush=True)
         del inputs
         torch.cuda.empty_cache()
+    print(f"package: {os.path.dirname(dsa_topk.__file__)}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "reps": args.reps, "rows": rows}, f, indent=2)
+            json.dump({"device": torch.cuda.get_device_name(), "reps": args.reps, "package": dsa_topk.__file__,
+                       "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":
