@@ -12,8 +12,8 @@
 namespace dsa::scoring {
 namespace {
 
-// A warp per row: a causal suffix leaves only a few hundred columns of a row
-// outside its range, too few for a block.
+// A warp per row: a row's outside part is usually short (a causal suffix
+// leaves T - 1 - t columns of row t), too short to busy a block.
 constexpr int kFillRowsPerBlock = 8;
 constexpr int kFillThreads = 32 * kFillRowsPerBlock;
 
