@@ -610,9 +610,9 @@ int run_bench(const Args& args) {
     }
     const std::string route = args.get("route", "by-shape");
     if (route == "fused") {
-      bench_hooks.route = IndexerBenchHooks::Route::kFused;
+      bench_hooks.route = fused::FusedHooks::Route::kFused;
     } else if (route == "staged") {
-      bench_hooks.route = IndexerBenchHooks::Route::kStaged;
+      bench_hooks.route = fused::FusedHooks::Route::kStaged;
     } else if (route != "by-shape") {
       throw std::invalid_argument("--route: expected by-shape, fused or staged, got '" + route + "'");
     }

@@ -198,24 +198,22 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   }
   IndexerTopkParams p = prob.params(fused_indices.as<std::int32_t>(), fused_values.as<float>(), options);
   static_cast<IndexerInputs&>(p) = inputs.bind(p);
+  using Route = fused::FusedHooks::Route;
   fused::FusedHooks route_hooks;
-  using BenchRoute = IndexerBenchHooks::Route;
-  route_hooks.route = bench_hooks.route == BenchRoute::kFused    ? fused::FusedHooks::Route::kFused
-                      : bench_hooks.route == BenchRoute::kStaged ? fused::FusedHooks::Route::kStaged
-                                                                 : fused::FusedHooks::Route::kByShape;
-  out->staged = bench_hooks.route == BenchRoute::kByShape ? fused::staged_by_shape(p.num_queries, p.num_keys)
-                                                          : bench_hooks.route == BenchRoute::kStaged;
+  route_hooks.route = bench_hooks.route;
+  out->staged = bench_hooks.route == Route::kByShape ? fused::staged_by_shape(p.num_queries, p.num_keys)
+                                                     : bench_hooks.route == Route::kStaged;
 
   // The three sides are timed call by call in turn (timed_rounds), so they
   // meet the same power state.
   // The fused operator, through the public API (or with its route pinned).
   Workspace workspace;
-  Status st = bench_hooks.route == BenchRoute::kByShape ? workspace.alloc(p, &indexer_topk_workspace_size)
-                                                          : workspace.alloc_bytes(fused::workspace_size(p, route_hooks));
+  Status st = bench_hooks.route == Route::kByShape ? workspace.alloc(p, &indexer_topk_workspace_size)
+                                                     : workspace.alloc_bytes(fused::workspace_size(p, route_hooks));
   if (!st.ok()) return st;
   const auto public_call = workspace.call(p, &indexer_topk);
   const auto fused_call = [&](bool check_ranges) {
-    if (bench_hooks.route == BenchRoute::kByShape) return public_call(check_ranges);
+    if (bench_hooks.route == Route::kByShape) return public_call(check_ranges);
     return fused::launch_indexer_topk(p, nullptr, workspace.buffer.as<void>(), workspace.bytes, route_hooks);
   };
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dsa_topk/dsa_topk.h"
+#include "fused/fused.h"
 #include "tools/problem.h"
 
 namespace dsa::cli {
@@ -23,10 +24,11 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 //   * math-only: the fused kernel's control build (fused::FusedMode::
 //     kMathOnly) on the same workspace, so fused - math-only is the exposed
 //     selection time.
-// With a pinned route the fused side runs fused::launch_indexer_topk with
-// that route (kByShape: the public dsa::indexer_topk).
+// With a pinned route (kFused, kStaged) the fused side runs
+// fused::launch_indexer_topk with that route; kByShape runs the public
+// dsa::indexer_topk, whose warm-up call validates the ranges.
 struct IndexerBenchHooks {
-  enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
+  fused::FusedHooks::Route route = fused::FusedHooks::Route::kByShape;
 };
 struct IndexerComparison {
   tools::TopkOutput fused, unfused;  // the last result of each
