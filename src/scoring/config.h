@@ -26,15 +26,29 @@ inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);  // warpgroup 0 pro
 // / kThreads in steps of 8): a split over it deadlocks. The producer
 // warpgroup (TMA thread, scheduler warp) fits in 24 (the scheduler works in
 // 32-bit block and tile counts for that); the fused filter's math needs 240.
-inline constexpr int kProducerRegs = 24;
-inline constexpr int kMathRegs = 240;
-static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= (65536 / kThreads) / 8 * 8 * kThreads,
+// A key source (scoring_kernel.cuh) may take more for its producer; the
+// math warpgroups get what is left.
+inline constexpr int kContiguousProducerRegs = 24;
+inline constexpr int kRegisterPool = (65536 / kThreads) / 8 * 8 * kThreads;
+constexpr int math_regs(int producer_regs) {
+  return (kRegisterPool - 128 * producer_regs) / (128 * kMathWarpgroups) / 8 * 8;
+}
+static_assert(math_regs(kContiguousProducerRegs) == 240, "the fused filter's math needs 240 registers");
+static_assert(128 * kContiguousProducerRegs + 128 * kMathWarpgroups * math_regs(kContiguousProducerRegs) <=
+                  kRegisterPool,
               "setmaxnreg budgets exceed the registers the launch allots");
 
-template <int kHeads>
+// kCols: the (query, head) columns of a block, kTileCols but for decode's
+// narrow blocks (64 or 128: one or two requests' tokens, PagedKeys); the
+// shared storage is sized for kTileCols either way.
+template <int kHeads, int kCols = kTileCols>
 struct Shape {
-  static constexpr int kQueries = kTileCols / kHeads;  // queries per CTA block
+  static constexpr int kColumns = kCols;
+  static constexpr int kQueries = kCols / kHeads;      // queries per CTA block
   static constexpr int kHeadGroups = kHeads / 8;       // 8-column groups per query
+  static constexpr int kAccumulators = kCols / 2;      // a thread's share of the 64 x kCols tile
+  static_assert(kCols == 64 || kCols == 128 || kCols == kTileCols, "a wgmma wrapper exists for N = 64, 128, 256");
+  static_assert(kQueries >= 1, "a block holds at least one query");
   static_assert(kQueries <= kTileCols / 32, "SharedStorage::rows holds kTileCols / 32 rows (H >= 32)");
 };
 
@@ -61,6 +75,5 @@ struct alignas(1024) SharedStorage {
 };
 inline constexpr std::uint32_t kKeyTileBytes = kTileKeys * kHeadDim;
 inline constexpr std::uint32_t kScaleTileBytes = kTileKeys * sizeof(float);
-inline constexpr std::uint32_t kQBytes = kTileCols * kHeadDim;
 
 }  // namespace dsa::scoring

@@ -38,9 +38,9 @@ __device__ __forceinline__ float twice_relu_fadd(float x) { return __fadd_rn(x, 
 // ... and relu(x) on the integer pipe (IMNMX on the float's bits).
 __device__ __forceinline__ float relu_imnmx(float x) { return __int_as_float(max(__float_as_int(x), 0)); }
 
-template <int kHeads>
+template <int kHeads, int kCols = kTileCols>
 struct HeadWeights {
-  using S = Shape<kHeads>;
+  using S = Shape<kHeads, kCols>;
   // 0.5 * w[t0 + q][8g + 2*(lane%4) + e], doubled back to w where alu_relu(g, e)
   float half_w[S::kQueries][S::kHeadGroups][2];
 
@@ -61,12 +61,12 @@ struct HeadWeights {
 
 // Head-reduced scores (before k_scale) of the thread's two key rows (half 0:
 // row lane/4 of its warp's 16, half 1: that row + 8) for every query of the
-// block, from the m64n256 accumulator fragment. All 4 lanes of a row end with
+// block, from the m64n(kCols) accumulator fragment. All 4 lanes of a row end with
 // the same bits.
-template <int kHeads>
-__device__ __forceinline__ void reduce_heads(const float (&acc)[128], const HeadWeights<kHeads>& w,
-                                             float (&out)[Shape<kHeads>::kQueries][2]) {
-  using S = Shape<kHeads>;
+template <int kHeads, int kCols>
+__device__ __forceinline__ void reduce_heads(const float (&acc)[kCols / 2], const HeadWeights<kHeads, kCols>& w,
+                                             float (&out)[Shape<kHeads, kCols>::kQueries][2]) {
+  using S = Shape<kHeads, kCols>;
 #pragma unroll
   for (int q = 0; q < S::kQueries; ++q) {
 #pragma unroll

@@ -34,25 +34,23 @@ inline bool scoring_launches(const IndexerInputs& in) { return in.num_queries > 
 
 // Scores rows [0, in.num_queries) of `in` (ranges in.ks/in.ke, rows with
 // row_mask[t] == 0 skipped when row_mask is set) into `sink`, on `stream`.
-template <int kHeads, class Sink>
-Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream) {
-  using S = Shape<kHeads>;
+// With Keys = PagedKeys, in.k and in.k_scale are unused and the rows'
+// ranges are positions within each row's request (scoring_kernel.cuh).
+// kCols: the block's (query, head) columns (Shape); narrower blocks than
+// kTileCols only with PagedKeys, whose requests fill them.
+template <int kHeads, class Sink, class Keys = ContiguousKeys, int kCols = kTileCols>
+Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream,
+                      const Keys& source = {}) {
   if (!scoring_launches(in)) return Status::Ok();
   CUtensorMap q_map, k_map, scale_map;
-  Status st = sm90::make_tensor_map_rows_sw128(&q_map, in.q, static_cast<std::uint64_t>(in.num_queries) * kHeads,
-                                               kHeadDim, kHeadDim, kTileCols);
-  if (st.ok()) {
-    st = sm90::make_tensor_map_rows_sw128(&k_map, in.k, static_cast<std::uint64_t>(in.num_keys), kHeadDim,
-                                          static_cast<std::uint64_t>(in.k_row_stride), kTileKeys);
-  }
-  if (st.ok()) {
-    st = sm90::make_tensor_map_f32_1d(&scale_map, in.k_scale, static_cast<std::uint64_t>(in.num_keys), kTileKeys);
-  }
+  Status st = sm90::make_tensor_map_rows_sw128(&q_map, in.q, static_cast<std::uint64_t>(source.q_rows(in.num_queries)) * kHeads,
+                                               kHeadDim, kHeadDim, kCols);
+  if (st.ok()) st = source.make_maps(in, &k_map, &scale_map);
   if (!st.ok()) return st;
 
   constexpr int kSmemBytes = scoring_smem_bytes<Sink>();
   static_assert(kSmemBytes <= kMaxSmemBytes, "scoring kernel shared memory exceeds the H100/H200 limit");
-  auto kernel = indexer_scores_kernel<kHeads, Sink>;
+  auto kernel = indexer_scores_kernel<kHeads, kCols, Sink, Keys>;
   // Persistent: as many CTAs as fit at once (one per SM); schedule.cuh
   // splits the work evenly among them on the device. The shared-memory
   // attribute and the occupancy are set and read once per device
@@ -76,15 +74,16 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   const int sm_count = limits.sm_count;
   const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys};
   kernel<<<static_cast<unsigned>(sm_count * per_sm), kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args,
-                                                                                       sink);
+                                                                                       sink, source);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? Status::Ok() : scoring_cuda_error(err, "scoring kernel launch");
 }
 
-template <class Sink>
-Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream) {
-  return in.num_heads == 64 ? launch_scoring<64>(in, row_mask, sink, stream)
-                            : launch_scoring<32>(in, row_mask, sink, stream);
+template <class Sink, class Keys = ContiguousKeys>
+Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream,
+                      const Keys& source = {}) {
+  return in.num_heads == 64 ? launch_scoring<64>(in, row_mask, sink, stream, source)
+                            : launch_scoring<32>(in, row_mask, sink, stream, source);
 }
 
 }  // namespace dsa::scoring

@@ -14,7 +14,9 @@
 #include "common/sm90/barrier.cuh"
 #include "common/sm90/grid_dependency.cuh"
 #include "common/sm90/tma.cuh"
+#include "common/sm90/tma.h"
 #include "common/sm90/wgmma.cuh"
+#include "dsa_topk/dsa_topk.h"
 #include "scoring/config.h"
 #include "scoring/epilogue.cuh"
 #include "scoring/schedule.cuh"
@@ -74,6 +76,106 @@ struct StoreSink {
   __device__ void finish(Lane<R>&, Shared&, std::int64_t, int) const {}
 };
 
+// Where a launch's queries and key tiles are. A key source is a kernel
+// argument with
+//   q_rows(T)                     host: rows of q the launch reads (of H heads each);
+//   make_maps(in, k_map, scale_map)
+//                                 host: the tensor maps load_tile reads;
+//   q_row(t0)                     the q row of query block t0's first query;
+//   unit(t0)                      thread 0, once per unit: what load_tile needs
+//                                 of block t0 (the producer has 24 registers);
+//   load_tile(keys, scale, ..., unit, key0, full)
+//                                 thread 0: the block's key tile from key0 (kTileKeys
+//                                 rows and their scales, kKeyTileBytes +
+//                                 kScaleTileBytes on `full`).
+// ContiguousKeys: k [N, D] and k_scale [N], the rows' ranges index them.
+struct ContiguousKeys {
+  static constexpr int kProducerRegs = kContiguousProducerRegs;
+  std::int64_t q_rows(std::int64_t num_queries) const { return num_queries; }
+  Status make_maps(const IndexerInputs& in, CUtensorMap* k_map, CUtensorMap* scale_map) const {
+    Status st = sm90::make_tensor_map_rows_sw128(k_map, in.k, static_cast<std::uint64_t>(in.num_keys), kHeadDim,
+                                                 static_cast<std::uint64_t>(in.k_row_stride), kTileKeys);
+    if (!st.ok()) return st;
+    return sm90::make_tensor_map_f32_1d(scale_map, in.k_scale, static_cast<std::uint64_t>(in.num_keys), kTileKeys);
+  }
+  struct Unit {};
+  __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const { return t0; }
+  __device__ __forceinline__ Unit unit(std::int64_t) const { return {}; }
+  __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
+                                            const CUtensorMap* scale_map, Unit, std::int32_t key0,
+                                            std::uint64_t* full) const {
+    sm90::tma_load_2d(keys, k_map, 0, key0, full);
+    sm90::tma_load_1d(scale, scale_map, key0, full);
+  }
+};
+
+// PagedKeys: a paged cache (dsa_topk.h, PagedIndexerInputs). The launch's
+// rows are requests' rows padded to rows_per_request (a multiple of the
+// block's queries, so a query block never spans two requests: their keys
+// differ); the padding rows have empty ranges. Ranges index positions
+// within the request, read through its block-table row.
+struct PagedKeys {
+  // The table lookups need registers the contiguous producer does not; the
+  // math warpgroups keep 232 (StoreSink's epilogue fits, the fused filter's
+  // does not: it reads contiguous keys only).
+  static constexpr int kProducerRegs = 40;
+  const std::uint8_t* kv_cache;     // [num_blocks, block_size * (D + 4)]
+  const std::int32_t* block_table;  // the launch's first request's row
+  std::int64_t table_stride;        // elements between table rows
+  std::int32_t table_width;         // entries a request may use (max_blocks_per_seq)
+  std::int32_t num_blocks;
+  std::int32_t block_shift;         // log2(block_size)
+  std::int32_t request_shift;       // log2(rows of the launch per request: 1, 2, 4 or 8)
+  std::int32_t next_n;              // rows of q per request
+
+  __host__ __device__ std::int32_t block_size() const { return 1 << block_shift; }
+  std::int32_t box_rows() const { return block_size() < kTileKeys ? block_size() : kTileKeys; }
+  std::int64_t q_rows(std::int64_t num_queries) const { return (num_queries >> request_shift) * next_n; }
+  __host__ __device__ std::uint32_t block_bytes() const { return static_cast<std::uint32_t>(block_size()) * (kHeadDim + sizeof(float)); }
+  // Keys through a tensor map; scales by plain bulk copies (a block of 16
+  // keys' 64 bytes of scales lands at a 64-byte offset, which a tensor copy's
+  // destination may not have). scale_map is unused.
+  Status make_maps(const IndexerInputs&, CUtensorMap* k_map, CUtensorMap* scale_map) const {
+    const Status st = sm90::make_tensor_map_paged_rows_sw128(
+        k_map, kv_cache, static_cast<std::uint64_t>(num_blocks), static_cast<std::uint32_t>(block_size()), kHeadDim,
+        block_bytes(), static_cast<std::uint32_t>(box_rows()));
+    *scale_map = *k_map;
+    return st;
+  }
+  __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const {
+    return (t0 >> request_shift) * next_n + (t0 & ((1 << request_shift) - 1));
+  }
+  struct Unit {
+    std::int32_t request;  // of the launch (one register: the producer's are few)
+  };
+  __device__ __forceinline__ Unit unit(std::int64_t t0) const {
+    return {static_cast<std::int32_t>(t0 >> request_shift)};
+  }
+  // One box per block the tile touches (kTileKeys / box_rows of them). An
+  // entry outside [0, num_blocks), or past the table's width (only
+  // unvalidated input or positions past every row's range get there), reads
+  // as the block index num_blocks for the keys (out of the map: zeros) and
+  // block 0 for the scales (a launch with rows to score has a block).
+  __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
+                                            const CUtensorMap* scale_map, Unit at, std::int32_t key0,
+                                            std::uint64_t* full) const {
+    const std::int32_t box = min(1 << block_shift, kTileKeys);
+    const std::int32_t mask = (1 << block_shift) - 1;
+    for (std::int32_t row = 0; row < kTileKeys; row += box) {
+      const std::int32_t p = key0 + row;
+      const std::int32_t entry = p >> block_shift;
+      std::int32_t block =
+          entry < table_width ? __ldg(block_table + static_cast<std::int64_t>(at.request) * table_stride + entry) : num_blocks;
+      const bool inside = block >= 0 && block < num_blocks;
+      sm90::tma_load_3d(keys + row * kHeadDim, k_map, 0, p & mask, inside ? block : num_blocks, full);
+      sm90::bulk_load(scale + row,
+                      kv_cache + static_cast<std::int64_t>(inside ? block : 0) * block_bytes() +
+                          (kHeadDim << block_shift) + (p & mask) * sizeof(float),
+                      static_cast<std::uint32_t>(box * sizeof(float)), full);
+    }
+  }
+};
+
 // The 1 KiB-aligned storage inside the dynamic shared memory. The pointer is
 // derived from `raw` by an offset (not rebuilt from an integer), so the
 // compiler keeps knowing it is shared memory and emits LDS/STS rather than
@@ -86,10 +188,10 @@ __device__ __forceinline__ SharedStorage& shared_storage(std::uint8_t* raw) {
 // Warp 1 of warpgroup 0: walks the CTA's run from `run`, writing each unit
 // and its head weights into slot u % 2 once every math warp is done with the
 // slot's previous unit; a unit with no tiles ends the run.
-template <int kHeads>
+template <int kHeads, int kCols>
 __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& args) {
   const RunStart run = smem.run;  // from shared memory: registers are scarce here
-  using S = Shape<kHeads>;
+  using S = Shape<kHeads, kCols>;
   const int lane = static_cast<int>(threadIdx.x % 32);
   // 32 bits suffice (24 registers): T / 4 blocks and a CTA's share of their
   // N / 64 tiles are far below 2^31 for any T, N whose inputs fit in memory.
@@ -128,7 +230,7 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
             t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
       }
 #pragma unroll 2  // 24 registers: more loads in flight spill
-      for (int j = lane; j < kTileCols; j += 32) {
+      for (int j = lane; j < kCols; j += 32) {
         const std::int64_t t = unit.t0 + j / kHeads;
         smem.half_w[slot][j] = t < args.num_queries ? 0.5f * __ldg(args.w + unit.t0 * kHeads + j) : 0.0f;
       }
@@ -141,8 +243,9 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
 
 // Thread 0: per unit, the Q block into the unit's slot, then its key tiles
 // through the stage ring (which runs on across units).
+template <int kCols, class Keys>
 __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* q_map, const CUtensorMap* k_map,
-                                        const CUtensorMap* scale_map, int heads) {
+                                        const CUtensorMap* scale_map, int heads, const Keys& source) {
   sm90::PipelineState<kStages> st;
   for (std::uint32_t u = 0;; ++u) {
     const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
@@ -151,34 +254,37 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
     if (unit.tiles == 0) return;
     // The slot's previous unit is done (the scheduler waited for it), so its
     // Q block may be overwritten.
-    sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kQBytes);
-    sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(unit.t0 * heads), &smem.q_full[slot]);
+    sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kCols * kHeadDim);
+    sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(source.q_row(unit.t0) * heads),
+                      &smem.q_full[slot]);
+    const typename Keys::Unit at = source.unit(unit.t0);
     for (int i = 0; i < unit.tiles; ++i) {
       const std::int32_t key0 = unit.key_begin + i * kTileKeys;
       smem.pipeline.producer_acquire(st);
       std::uint64_t* full = smem.pipeline.producer_commit(st, kKeyTileBytes + kScaleTileBytes);
-      sm90::tma_load_2d(smem.keys[st.stage], k_map, 0, key0, full);
-      sm90::tma_load_1d(smem.key_scale[st.stage], scale_map, key0, full);
+      source.load_tile(smem.keys[st.stage], smem.key_scale[st.stage], k_map, scale_map, at, key0, full);
       st.advance();
     }
   }
 }
 
-// A 64-key tile times the block's 256 (query, head) columns: 4 k-steps of 32,
-// issued asynchronously; the warpgroup may work on other registers until
+// A 64-key tile times the block's kCols (query, head) columns: 4 k-steps of
+// 32, issued asynchronously; the warpgroup may work on other registers until
 // wait_tile.
-__device__ __forceinline__ void issue_tile(float (&acc)[128], const std::uint8_t* keys, const std::uint8_t* q) {
+template <int kN>
+__device__ __forceinline__ void issue_tile(float (&acc)[kN], const std::uint8_t* keys, const std::uint8_t* q) {
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
-    sm90::wgmma_m64n256k32_e4m3(acc, sm90::smem_desc_k128_sw128(keys, 32 * k), sm90::smem_desc_k128_sw128(q, 32 * k),
-                                k > 0);
+    sm90::wgmma_m64k32_e4m3<2 * kN>(acc, sm90::smem_desc_k128_sw128(keys, 32 * k),
+                                    sm90::smem_desc_k128_sw128(q, 32 * k), k > 0);
   }
   sm90::wgmma_commit();
   sm90::fence_registers(acc);  // acc stays in place while the product runs
 }
 
-__device__ __forceinline__ void wait_tile(float (&acc)[128]) {
+template <int kN>
+__device__ __forceinline__ void wait_tile(float (&acc)[kN]) {
   sm90::wgmma_wait<0>();
   sm90::fence_registers(acc);
 }
@@ -206,11 +312,13 @@ __device__ __forceinline__ float lane_value(const float (&out)[kQueries][2], int
 
 // One math warpgroup: per unit, the tiles whose index in the CTA's run is
 // congruent to math_wg mod 2 (the stage ring's order), then the sink's finish.
-template <int kHeads, class Sink>
+template <int kHeads, int kCols, class Sink>
 __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shared& sink_smem, const ScoresArgs& args,
                                         const Sink& sink, int math_wg) {
-  using S = Shape<kHeads>;
-  constexpr int kStoresPerLane = S::kQueries / 4;  // queries q = lane%4 + 4r
+  using S = Shape<kHeads, kCols>;
+  // Queries q = lane%4 + 4r; with fewer than 4 queries a block (decode's
+  // narrow blocks) the lanes past them store nothing.
+  constexpr int kStoresPerLane = S::kQueries >= 4 ? S::kQueries / 4 : 1;
   const int lane = threadIdx.x % 32;
   const int row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;  // key row in the tile (and row + 8)
   // With 8 queries per block (H = 32) holding a tile's scores spills: the
@@ -233,11 +341,13 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
     unit.odd = __shfl_sync(0xFFFFFFFFu, unit.odd, 0);
     if (unit.tiles == 0) return;
     const std::int64_t t0 = unit.t0;
-    HeadWeights<kHeads> weights;
+    HeadWeights<kHeads, kCols> weights;
     weights.load(smem.half_w[slot], lane);
     RowRange rows[kStoresPerLane];  // rows past T have an empty range: they store nothing
 #pragma unroll
-    for (int r = 0; r < kStoresPerLane; ++r) rows[r] = smem.rows[slot][lane % 4 + 4 * r];
+    for (int r = 0; r < kStoresPerLane; ++r) {
+      rows[r] = lane % 4 + 4 * r < S::kQueries ? smem.rows[slot][lane % 4 + 4 * r] : RowRange{};
+    }
     auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows, unit.tiles);
     sm90::barrier_wait(&smem.q_full[slot], use & 1u);
 
@@ -255,7 +365,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
     };
     for (int i = (math_wg ^ unit.odd) & 1; i < unit.tiles; i += kMathWarpgroups) {
       smem.pipeline.consumer_wait(st);
-      float acc[128];
+      float acc[S::kAccumulators];
       issue_tile(acc, smem.keys[st.stage], smem.q[slot]);
       if (kDeferPut && held.key0 >= 0) put_held();
       wait_tile(acc);
@@ -265,7 +375,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
       if (lane == 0) smem.pipeline.consumer_release(st);  // 4 warps release a stage
 
       float head_sums[S::kQueries][2];
-      reduce_heads<kHeads>(acc, weights, head_sums);
+      reduce_heads<kHeads, kCols>(acc, weights, head_sums);
       held.key0 = unit.key_begin + i * kTileKeys;
 #pragma unroll
       for (int r = 0; r < kStoresPerLane; ++r) {
@@ -296,11 +406,12 @@ __device__ __forceinline__ typename Sink::Shared& sink_storage(SharedStorage& sm
   return *reinterpret_cast<typename Sink::Shared*>(reinterpret_cast<std::uint8_t*>(&smem) + sizeof(SharedStorage));
 }
 
-template <int kHeads, class Sink>
+template <int kHeads, int kCols, class Sink, class Keys>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_scores_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args, const Sink sink) {
-  using S = Shape<kHeads>;
+                          const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args, const Sink sink,
+                          const Keys source) {
+  using S = Shape<kHeads, kCols>;
   // A top-k launched after this kernel with after_producer (the staged
   // route's) may take the SMs this grid's CTAs leave, and waits there for
   // this grid's end; a kernel launched the ordinary way still starts after it.
@@ -326,17 +437,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    sm90::setmaxnreg_dec<kProducerRegs>();
+    sm90::setmaxnreg_dec<Keys::kProducerRegs>();
     if (threadIdx.x == 0) {
       sm90::tma_prefetch_descriptor(&q_map);
       sm90::tma_prefetch_descriptor(&k_map);
-      produce(smem, &q_map, &k_map, &scale_map, kHeads);
+      produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source);
     } else if (threadIdx.x / 32 == 1) {
-      schedule<kHeads>(smem, args);
+      schedule<kHeads, kCols>(smem, args);
     }
   } else {
-    sm90::setmaxnreg_inc<kMathRegs>();
-    consume<kHeads>(smem, sink_storage<Sink>(smem), args, sink, warpgroup - 1);
+    sm90::setmaxnreg_inc<math_regs(Keys::kProducerRegs)>();
+    consume<kHeads, kCols>(smem, sink_storage<Sink>(smem), args, sink, warpgroup - 1);
   }
 }
 

@@ -63,4 +63,19 @@ Status make_tensor_map_f32_1d(CUtensorMap* map, const float* base, std::uint64_t
                        "a vector");
 }
 
+Status make_tensor_map_paged_rows_sw128(CUtensorMap* map, const void* base, std::uint64_t blocks,
+                                        std::uint32_t block_rows, std::uint64_t row_bytes, std::uint64_t block_stride,
+                                        std::uint32_t box_rows) {
+  EncodeTiled encode = nullptr;
+  if (Status st = encoder(&encode); !st.ok()) return st;
+  const cuuint64_t dims[3] = {row_bytes, block_rows, blocks};
+  const cuuint64_t strides[2] = {row_bytes, block_stride};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(row_bytes), box_rows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return encode_result(encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box,
+                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                       "a paged key cache");
+}
+
 }  // namespace dsa::sm90

@@ -23,4 +23,12 @@ Status make_tensor_map_rows_sw128(CUtensorMap* map, const void* base, std::uint6
 // Out-of-range elements read as 0.
 Status make_tensor_map_f32_1d(CUtensorMap* map, const float* base, std::uint64_t n, std::uint32_t box);
 
+// The keys of a paged cache: `blocks` blocks `block_stride` bytes apart, each
+// starting with `block_rows` rows of `row_bytes` = 128 key bytes. Loaded in
+// boxes of `box_rows` rows of one block (tma_load_3d at (0, row, block)),
+// 128-byte swizzled; a block index past `blocks` reads as 0.
+Status make_tensor_map_paged_rows_sw128(CUtensorMap* map, const void* base, std::uint64_t blocks,
+                                        std::uint32_t block_rows, std::uint64_t row_bytes, std::uint64_t block_stride,
+                                        std::uint32_t box_rows);
+
 }  // namespace dsa::sm90
