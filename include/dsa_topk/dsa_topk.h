@@ -1,9 +1,13 @@
 // dsa_topk: exact top-k for the DeepSeek Sparse Attention (DSA) Indexer.
 //
-// Public C++ API. Two operators:
+// Public C++ API. The operators:
 //   * indexer_topk: scores every key of each query row's range and returns the
 //     K highest (contract section 1), without materialising the [T, N] scores.
+//   * indexer_scores: those scores themselves (the unfused pipeline's stage).
 //   * topk: the same selection over an fp32 score matrix (contract section 5).
+//   * indexer_topk_paged: indexer_topk for decode, keys read through a paged
+//     cache's block table.
+//   * merge_topk: the exact top K over several parts' top-K lists.
 //
 // Every call follows the two-call pattern: query the workspace size, then run.
 // Arguments are validated before anything runs; a rejected call writes nothing
@@ -170,6 +174,90 @@ struct TopkParams {
 Status topk_workspace_size(const TopkParams& params, Backend backend, std::size_t* bytes);
 Status topk(const TopkParams& params, const ExecutionContext& ctx);
 
+// ------------------------------------------------------ paged (decode) -----
+//
+// Decode: B requests with next_n query tokens each, every row scoring its
+// request's cached keys through a block table, as the engines keep the
+// indexer's key cache. Row r = b * next_n + j (request b, token j) scores the
+// request-local positions p in [0, len(b, j)):
+//   len(b, j) = max(0, context_lens[b] - next_n + j + 1)  (lens_per_token false)
+//   len(b, j) = context_lens[b * next_n + j]               (lens_per_token true)
+// Position p is row p % block_size of cache block block_table[b, p / block_size];
+// its score is the indexer score of that block's key and scale.
+inline constexpr int kSupportedBlockSizes[] = {16, 32, 64, 128};
+inline constexpr int kMaxNextN = 8;
+
+struct PagedIndexerInputs {
+  const std::uint8_t* q = nullptr;            // [B, next_n, H, D] FP8 e4m3fn, contiguous,
+                                              //   16-byte aligned
+  const std::uint8_t* kv_cache = nullptr;     // [num_blocks, block_size * (D + 4)] bytes:
+                                              //   a block's block_size x D FP8 key bytes,
+                                              //   then its block_size fp32 scales (finite,
+                                              //   > 0); 16-byte aligned
+  const std::int32_t* block_table = nullptr;  // [B, block_table_stride] int32; entries of
+                                              //   the used positions in [0, num_blocks)
+  const std::int32_t* context_lens = nullptr; // [B] int32, or [B, next_n] (lens_per_token)
+  const float* w = nullptr;                   // [B * next_n, H] fp32, any sign, contiguous
+  std::int64_t batch = 0;                     // B >= 0
+  int next_n = 1;                             // query tokens per request, 1..kMaxNextN
+  int num_heads = 64;                         // H, one of kSupportedHeads
+  int head_dim = kHeadDim;                    // D, must be kHeadDim
+  std::int64_t num_blocks = 0;                // cache blocks, <= INT32_MAX
+  int block_size = 64;                        // one of kSupportedBlockSizes
+  std::int64_t max_blocks_per_seq = 0;        // table entries a request may use:
+                                              //   every len(b, j) <= max_blocks_per_seq * block_size
+  std::int64_t block_table_stride = 0;        // elements between table rows, >= max_blocks_per_seq
+  bool lens_per_token = false;                // context_lens is [B, next_n]
+
+  std::int64_t num_rows() const { return batch * next_n; }
+  std::int64_t max_context() const { return max_blocks_per_seq * block_size; }
+};
+
+struct PagedIndexerTopkParams : PagedIndexerInputs {
+  std::int32_t* indices = nullptr;            // [B * next_n, K] int32: min(K, len) distinct
+                                              //   positions in [0, len(b, j)), then -1 padding
+  float* values = nullptr;                    // [B * next_n, K] fp32 or null
+  bool physical_slots = false;                // indices as cache slots
+                                              //   block_table[b, p / bs] * bs + p % bs instead of
+                                              //   positions p (SGLang's and FlashInfer's form)
+  SelectOptions options;                      // index_base must be kAbsolute (positions
+                                              //   start at 0: the two bases agree)
+};
+
+// On the CUDA backend ExecutionContext::check_ranges reads context_lens and the
+// used block-table entries back (a device-to-host copy, synchronising the
+// stream) and rejects a negative length, one past max_context(), or an entry
+// outside [0, num_blocks). With it off (CUDA graphs) lengths are clamped to
+// [0, max_context()] and an entry outside [0, num_blocks) reads zero keys, so
+// memory stays safe, but such a row's result is unspecified.
+Status indexer_topk_paged_workspace_size(const PagedIndexerTopkParams& params, Backend backend,
+                                         std::size_t* bytes);
+Status indexer_topk_paged(const PagedIndexerTopkParams& params, const ExecutionContext& ctx);
+
+// ------------------------------------------------------------ merge top-k ---
+//
+// Per row, the top K over the entries of P parts (a request's context split
+// over CTAs, context-parallel ranks): entry (p, r, i) is the candidate
+// indices[(p * R + r) * part_k + i] with score values[...]; index -1 is an
+// empty slot (ignored), any other negative index is invalid. Within a row the
+// non-empty indices must be distinct across parts (the parts cover disjoint
+// keys); a row with duplicates gets an unspecified (in-bounds) result. NaN
+// ranks as -inf; values are returned as given. Ties at the K-th score follow
+// options.ties; options.index_base must be kAbsolute (indices pass through).
+struct MergeTopkParams {
+  const float* values = nullptr;          // [P, R, part_k] fp32
+  const std::int32_t* indices = nullptr;  // [P, R, part_k] int32, -1 = empty
+  std::int64_t num_parts = 0;             // P >= 0
+  std::int64_t num_rows = 0;              // R >= 0
+  std::int64_t part_k = 0;                // entries per part and row, >= 1 when P * R > 0
+  std::int32_t* out_indices = nullptr;    // [R, K] int32: min(K, non-empty) indices, then -1
+  float* out_values = nullptr;            // [R, K] fp32 or null: -inf in padded slots
+  SelectOptions options;
+};
+
+Status merge_topk_workspace_size(const MergeTopkParams& params, Backend backend, std::size_t* bytes);
+Status merge_topk(const MergeTopkParams& params, const ExecutionContext& ctx);
+
 // ---------------------------------------------------------- validation -----
 //
 // The checks the operators run first, exposed so callers (and tests) can
@@ -178,8 +266,10 @@ Status topk(const TopkParams& params, const ExecutionContext& ctx);
 Status validate(const IndexerTopkParams& params, Backend backend);
 Status validate(const IndexerScoresParams& params, Backend backend);
 Status validate(const TopkParams& params, Backend backend);
+Status validate(const PagedIndexerTopkParams& params, Backend backend);
+Status validate(const MergeTopkParams& params, Backend backend);
 
-enum class Operator { kIndexerTopk, kIndexerScores, kTopk };
+enum class Operator { kIndexerTopk, kIndexerScores, kTopk, kIndexerTopkPaged, kMergeTopk };
 
 // Whether this process can run `op` on Backend::kCuda (a usable Hopper GPU is
 // present and this version has a kernel for `op`); `why` says why not.

@@ -11,6 +11,7 @@
 
 #include "common/keys.h"
 #include "common/launch_cache.h"
+#include "common/workspace.h"
 #include "fused/select_kernel.cuh"
 #include "fused/sinks.cuh"
 #include "fused/threshold_kernel.cuh"
@@ -31,13 +32,10 @@ constexpr std::size_t kRepairBytes = std::size_t{512} << 20;
 // session 17; rows that fit 256 MB took the staged route, session 7), not
 // the buffer's.
 constexpr std::size_t kSingleBatchRouteBytes = std::size_t{256} << 20;
-constexpr std::size_t kAlign = 256;
 
 Status cuda_error(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string("indexer_topk: ") + what + ": " + cudaGetErrorString(err)};
 }
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Floats per rescored row, and the rows `bytes` (one batch of the repair and
 // staged buffer, by default) hold.
@@ -96,12 +94,8 @@ Layout layout(const IndexerTopkParams& p, bool fused_stages) {
   l.repair_stride = repair_stride(p.num_keys);
   l.repair_rows = std::min<std::int64_t>(repair_batch_rows(p.num_keys), std::max<std::int64_t>(p.num_queries, 1));
   const auto S = static_cast<std::size_t>(l.plan.count);
-  std::size_t at = 0;
-  const auto take = [&](std::size_t bytes) {
-    const std::size_t here = at;
-    at += align_up(bytes);
-    return here;
-  };
+  WorkspaceLayout pieces;
+  const auto take = [&](std::size_t bytes) { return pieces.take(bytes); };
   l.sample_keys = take(S * kHeadDim);
   l.sample_scale = take(S * sizeof(float));
   l.sample_ks = take(T * sizeof(std::int32_t));
@@ -114,14 +108,10 @@ Layout layout(const IndexerTopkParams& p, bool fused_stages) {
   l.candidates = take(T * static_cast<std::size_t>(l.capacity) * sizeof(std::uint64_t));
   l.repair = take(static_cast<std::size_t>(l.repair_rows * l.repair_stride) * sizeof(float));
   l.checksum = take(sizeof(std::uint32_t));
-  l.total = at;
+  l.total = pieces.total();
   return l;
 }
 
-template <class T>
-T* piece(void* base, std::size_t offset) {
-  return reinterpret_cast<T*>(static_cast<std::uint8_t*>(base) + offset);
-}
 
 // Rows scored into the workspace's bounded buffer, batch by batch, and
 // finished by the standalone top-k: the repair of the rows whose `flags`
@@ -132,7 +122,7 @@ T* piece(void* base, std::size_t offset) {
 Status score_and_select(const IndexerTopkParams& p, const Layout& l, void* workspace, const std::uint32_t* flags,
                         std::int64_t batch_rows, CUstream_st* stream) {
   const int K = p.options.k;
-  auto* scores = piece<float>(workspace, l.repair);
+  auto* scores = workspace_piece<float>(workspace, l.repair);
   batch_rows = batch_rows > 0 ? std::min(batch_rows, l.repair_rows) : l.repair_rows;
   for (std::int64_t first = 0; first < p.num_queries; first += batch_rows) {
     const std::int64_t rows = std::min(batch_rows, p.num_queries - first);
@@ -176,16 +166,16 @@ template <int K>
 Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, const FusedHooks& hooks) {
   const bool fused_stages = fused_route(p, hooks);
   const Layout l = layout(p, fused_stages);
-  auto* tau = piece<std::uint32_t>(workspace, l.tau);
-  auto* count = piece<std::uint32_t>(workspace, l.count);
-  auto* unstaged = piece<std::uint32_t>(workspace, l.unstaged);
-  auto* flags = piece<std::uint32_t>(workspace, l.flags);
-  auto* candidates = piece<std::uint64_t>(workspace, l.candidates);
+  auto* tau = workspace_piece<std::uint32_t>(workspace, l.tau);
+  auto* count = workspace_piece<std::uint32_t>(workspace, l.count);
+  auto* unstaged = workspace_piece<std::uint32_t>(workspace, l.unstaged);
+  auto* flags = workspace_piece<std::uint32_t>(workspace, l.flags);
+  auto* candidates = workspace_piece<std::uint64_t>(workspace, l.candidates);
   const int kQueries = scoring::kTileCols / p.num_heads;
 
   if (hooks.mode == FusedMode::kMathOnly) {
     // The control: stage 2's main loop with every score folded into a checksum.
-    std::uint32_t* checksum = hooks.checksum != nullptr ? hooks.checksum : piece<std::uint32_t>(workspace, l.checksum);
+    std::uint32_t* checksum = hooks.checksum != nullptr ? hooks.checksum : workspace_piece<std::uint32_t>(workspace, l.checksum);
     return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
   }
 
@@ -205,11 +195,11 @@ Status launch(const IndexerTopkParams& p, CUstream_st* stream, void* workspace, 
   if (const Status st = LaunchCache::get().current(&device, &limits); !st.ok()) return st;
 
   // Stage 1: samples, their scores, tau per row (and the counters zeroed).
-  auto* sample_keys = piece<std::uint8_t>(workspace, l.sample_keys);
-  auto* sample_scale = piece<float>(workspace, l.sample_scale);
-  auto* sample_ks = piece<std::int32_t>(workspace, l.sample_ks);
-  auto* sample_ke = piece<std::int32_t>(workspace, l.sample_ke);
-  auto* sample_scores = piece<float>(workspace, l.sample_scores);
+  auto* sample_keys = workspace_piece<std::uint8_t>(workspace, l.sample_keys);
+  auto* sample_scale = workspace_piece<float>(workspace, l.sample_scale);
+  auto* sample_ks = workspace_piece<std::int32_t>(workspace, l.sample_ks);
+  auto* sample_ke = workspace_piece<std::int32_t>(workspace, l.sample_ke);
+  auto* sample_scores = workspace_piece<float>(workspace, l.sample_scores);
   {
     const std::int64_t items = std::max(l.plan.count, p.num_queries);
     const int blocks = static_cast<int>(std::min<std::int64_t>((items + 255) / 256, 65535));
@@ -322,7 +312,7 @@ Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream,
                                               " bytes (indexer_topk_workspace_size), got " +
                                               std::to_string(workspace == nullptr ? 0 : workspace_bytes)};
   }
-  if (reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0) {
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlign != 0) {
     return {StatusCode::kInvalidArgument, "ctx.workspace: must be 256-byte aligned"};
   }
   switch (params.options.k) {

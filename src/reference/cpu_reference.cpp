@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -13,6 +15,8 @@ namespace dsa::reference {
 namespace {
 
 constexpr int kLanes = 16;  // the dot product's documented lane count
+constexpr std::int64_t kScaleBytes = sizeof(float);
+constexpr std::int64_t kPagedSlotBytes = kHeadDim + kScaleBytes;  // a cache slot's key and scale
 
 int resolve_threads(int num_threads) {
   if (num_threads > 0) return num_threads;
@@ -75,6 +79,66 @@ struct Ranked {
   std::int32_t index;
   bool operator<(const Ranked& o) const { return key != o.key ? key > o.key : index < o.index; }
 };
+
+// A merge candidate: its rank and the value it came with (returned as given,
+// so a NaN or -0 value survives the merge unchanged).
+struct MergeEntry {
+  Ranked rank;
+  float value;
+  bool operator<(const MergeEntry& o) const { return rank < o.rank; }
+};
+
+// Slots [count, K) of an output row: -1, and -inf where values are written.
+void pad_row(std::int64_t count, int k, std::int32_t* indices, float* values) {
+  std::fill(indices + count, indices + k, -1);
+  if (values) std::fill(values + count, values + k, -std::numeric_limits<float>::infinity());
+}
+
+// Requests [first, last) of a paged problem as one prefill problem over their
+// gathered keys: request b's positions start at key offset[b - first], and row
+// (b, j) is query row (b - first) * next_n + j with range
+// [offset, offset + len(b, j)), selected with relative indices (= positions).
+// `num_keys` (the sum of the requests' lengths) must be int32-indexable.
+void paged_group_topk(const PagedIndexerTopkParams& p, const std::vector<std::int64_t>& length,
+                      std::int64_t first, std::int64_t last, std::int64_t num_keys, int num_threads) {
+  const std::int64_t requests = last - first;
+  std::vector<std::int64_t> offset(static_cast<std::size_t>(requests) + 1, 0);
+  for (std::int64_t i = 0; i < requests; ++i) offset[i + 1] = offset[i] + length[first + i];
+  std::vector<std::uint8_t> keys(static_cast<std::size_t>(num_keys) * kHeadDim);
+  std::vector<float> scales(static_cast<std::size_t>(num_keys));
+  parallel_rows(requests, num_threads, [&](std::int64_t i) {
+    gather_paged_keys(p, first + i, length[first + i], keys.data() + offset[i] * kHeadDim, scales.data() + offset[i]);
+  });
+
+  const std::int64_t rows = requests * p.next_n;
+  std::vector<std::int32_t> ks(static_cast<std::size_t>(rows)), ke(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < requests; ++i) {
+    for (int j = 0; j < p.next_n; ++j) {
+      ks[i * p.next_n + j] = static_cast<std::int32_t>(offset[i]);
+      ke[i * p.next_n + j] = static_cast<std::int32_t>(offset[i] + paged_row_length(p, first + i, j));
+    }
+  }
+
+  const std::int64_t first_row = first * p.next_n;
+  const int k = p.options.k;
+  IndexerTopkParams view;
+  view.q = p.q + first_row * p.num_heads * p.head_dim;
+  view.k = keys.data();
+  view.k_scale = scales.data();
+  view.w = p.w + first_row * p.num_heads;
+  view.ks = ks.data();
+  view.ke = ke.data();
+  view.num_queries = rows;
+  view.num_keys = num_keys;
+  view.num_heads = p.num_heads;
+  view.head_dim = p.head_dim;
+  view.k_row_stride = kHeadDim;
+  view.indices = p.indices + first_row * k;
+  view.values = p.values ? p.values + first_row * k : nullptr;
+  view.options = p.options;
+  view.options.index_base = IndexBase::kRelative;
+  indexer_topk_cpu(view, num_threads);
+}
 
 }  // namespace
 
@@ -146,10 +210,7 @@ void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions
     indices[i] = base + ranked[i].index;
     if (values) values[i] = row[ranked[i].index];
   }
-  for (std::int64_t i = count; i < options.k; ++i) {
-    indices[i] = -1;
-    if (values) values[i] = -std::numeric_limits<float>::infinity();
-  }
+  pad_row(count, options.k, indices, values);
 }
 
 Status indexer_topk_cpu(const IndexerTopkParams& p, int num_threads) {
@@ -186,6 +247,94 @@ Status topk_cpu(const TopkParams& p, int num_threads) {
     select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
   });
   return Status::Ok();
+}
+
+Status indexer_topk_paged_cpu(const PagedIndexerTopkParams& p, int num_threads) {
+  // Requests are scored in groups whose keys stay int32-indexable (the prefill
+  // ranges are int32); one request alone always is (max_context() <= INT32_MAX).
+  constexpr std::int64_t kMaxKeys = std::numeric_limits<std::int32_t>::max();
+  std::vector<std::int64_t> length(static_cast<std::size_t>(p.batch));
+  for (std::int64_t b = 0; b < p.batch; ++b) length[b] = paged_request_length(p, b);
+  for (std::int64_t first = 0, last = 0; first < p.batch; first = last) {
+    std::int64_t keys = 0;
+    for (last = first; last < p.batch && keys + length[last] <= kMaxKeys; ++last) keys += length[last];
+    assert(last > first);
+    paged_group_topk(p, length, first, last, keys, num_threads);
+  }
+  if (p.physical_slots) {
+    const int k = p.options.k;
+    parallel_rows(p.num_rows(), num_threads, [&](std::int64_t r) {
+      std::int32_t* row = p.indices + r * k;
+      for (int i = 0; i < k && row[i] >= 0; ++i) {
+        row[i] = static_cast<std::int32_t>(paged_slot(p, r / p.next_n, row[i]));
+      }
+    });
+  }
+  return Status::Ok();
+}
+
+Status merge_topk_cpu(const MergeTopkParams& p, int num_threads) {
+  const int k = p.options.k;
+  parallel_rows(p.num_rows, num_threads, [&](std::int64_t r) {
+    thread_local std::vector<MergeEntry> entries;
+    entries.clear();
+    for (std::int64_t part = 0; part < p.num_parts; ++part) {
+      const std::int64_t base = (part * p.num_rows + r) * p.part_k;
+      for (std::int64_t i = 0; i < p.part_k; ++i) {
+        const std::int32_t index = p.indices[base + i];
+        if (index >= 0) entries.push_back({{score_key(p.values[base + i]), index}, p.values[base + i]});
+      }
+    }
+    const auto count = std::min<std::int64_t>(k, static_cast<std::int64_t>(entries.size()));
+    std::partial_sort(entries.begin(), entries.begin() + count, entries.end());
+    std::int32_t* indices = p.out_indices + r * k;
+    float* values = p.out_values ? p.out_values + r * k : nullptr;
+    for (std::int64_t i = 0; i < count; ++i) {
+      indices[i] = entries[i].rank.index;
+      if (values) values[i] = entries[i].value;
+    }
+    pad_row(count, k, indices, values);
+  });
+  return Status::Ok();
+}
+
+std::int64_t paged_row_length(const PagedIndexerInputs& p, std::int64_t b, int j) {
+  const std::int64_t len = p.lens_per_token ? std::int64_t{p.context_lens[b * p.next_n + j]}
+                                            : std::int64_t{p.context_lens[b]} - p.next_n + j + 1;
+  return std::max<std::int64_t>(len, 0);
+}
+
+std::int64_t paged_request_length(const PagedIndexerInputs& p, std::int64_t b) {
+  std::int64_t len = 0;
+  for (int j = 0; j < p.next_n; ++j) len = std::max(len, paged_row_length(p, b, j));
+  return len;
+}
+
+std::int64_t paged_blocks(const PagedIndexerInputs& p, std::int64_t len) {
+  return (len + p.block_size - 1) / p.block_size;
+}
+
+std::int64_t paged_slot(const PagedIndexerInputs& p, std::int64_t b, std::int64_t position) {
+  const std::int64_t block = p.block_table[b * p.block_table_stride + position / p.block_size];
+  return block * p.block_size + position % p.block_size;
+}
+
+std::int64_t paged_key_offset(int block_size, std::int64_t slot) {
+  return slot / block_size * block_size * kPagedSlotBytes + slot % block_size * kHeadDim;
+}
+
+std::int64_t paged_scale_offset(int block_size, std::int64_t slot) {
+  return slot / block_size * block_size * kPagedSlotBytes + std::int64_t{block_size} * kHeadDim +
+         slot % block_size * kScaleBytes;
+}
+
+void gather_paged_keys(const PagedIndexerInputs& p, std::int64_t b, std::int64_t len, std::uint8_t* keys,
+                       float* scales) {
+  for (std::int64_t pos = 0; pos < len; ++pos) {
+    const std::int64_t slot = paged_slot(p, b, pos);
+    std::memcpy(keys + pos * kHeadDim, p.kv_cache + paged_key_offset(p.block_size, slot), kHeadDim);
+    std::memcpy(scales + pos, p.kv_cache + paged_scale_offset(p.block_size, slot), kScaleBytes);
+  }
 }
 
 void parallel_rows(std::int64_t rows, int num_threads,

@@ -53,6 +53,39 @@ Status indexer_topk_cpu(const IndexerTopkParams& params, int num_threads);
 Status topk_cpu(const TopkParams& params, int num_threads);
 Status indexer_scores_cpu(const IndexerScoresParams& params, int num_threads);
 
+// indexer_topk_paged: each request's keys are gathered from the cache in
+// position order and scored by score_row and select_row (relative indices),
+// so a paged row's result is bit-identical to the prefill row over the same
+// keys; then positions become physical slots when asked.
+Status indexer_topk_paged_cpu(const PagedIndexerTopkParams& params, int num_threads);
+
+// merge_topk: per row the non-empty entries of all parts ranked by score_key
+// (descending), ties by ascending index (a valid choice for both tie modes),
+// written in that order whether or not options.sorted asks for it.
+Status merge_topk_cpu(const MergeTopkParams& params, int num_threads);
+
+// ------------------------------------------------------- paged addressing --
+// The paged cache's definition (dsa_topk.h), in one place for the reference,
+// the validation and the tools. context_lens and block_table must be
+// host-readable.
+
+// len(b, j), clamped at 0 below.
+std::int64_t paged_row_length(const PagedIndexerInputs& params, std::int64_t b, int j);
+// The longest row of request b: the positions [0, len) its rows read.
+std::int64_t paged_request_length(const PagedIndexerInputs& params, std::int64_t b);
+// Blocks a length occupies: ceil(len / block_size).
+std::int64_t paged_blocks(const PagedIndexerInputs& params, std::int64_t len);
+// Physical slot of request b's position: block_table[b, p / bs] * bs + p % bs.
+std::int64_t paged_slot(const PagedIndexerInputs& params, std::int64_t b, std::int64_t position);
+// Byte offsets in kv_cache of a slot's D key bytes and of its fp32 scale: a
+// block holds its block_size key rows, then its block_size scales.
+std::int64_t paged_key_offset(int block_size, std::int64_t slot);
+std::int64_t paged_scale_offset(int block_size, std::int64_t slot);
+// Request b's positions [0, len) copied out of the cache: keys [len, D] FP8,
+// scales [len].
+void gather_paged_keys(const PagedIndexerInputs& params, std::int64_t b, std::int64_t len, std::uint8_t* keys,
+                       float* scales);
+
 // Runs body(row) for row in [0, rows) on `num_threads` threads (0 = all cores),
 // rows handed out dynamically in small chunks.
 void parallel_rows(std::int64_t rows, int num_threads, const std::function<void(std::int64_t)>& body);

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "dsa_topk/dsa_topk.h"
 #include "tools/generators.h"
+#include "tools/paged.h"
 
 namespace dsa::testing {
 
@@ -47,6 +50,22 @@ inline tools::IndexerProblem indexer_problem(tools::Distribution dist, tools::La
 inline tools::ScoresProblem scores_problem(tools::Distribution dist, tools::Layout layout, std::int64_t T,
                                            std::int64_t N, int K, std::uint64_t seed) {
   return tools::make_scores_problem(problem_spec(dist, layout, T, N, K, 64, 0, seed));
+}
+
+// The spec of a generated paged decode problem (the other fields keep
+// tools::PagedSpec's defaults).
+inline tools::PagedSpec paged_spec(tools::Distribution dist, std::int64_t B, int next_n, int H, int block_size,
+                                   std::vector<std::int32_t> lens, bool per_token, std::uint64_t seed) {
+  tools::PagedSpec spec;
+  spec.dist = dist;
+  spec.B = B;
+  spec.next_n = next_n;
+  spec.H = H;
+  spec.block_size = block_size;
+  spec.context_lens = std::move(lens);
+  spec.lens_per_token = per_token;
+  spec.seed = seed;
+  return spec;
 }
 
 }  // namespace dsa::testing

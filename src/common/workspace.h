@@ -1,0 +1,32 @@
+// Host side of an operator's workspace: pieces laid end to end, each
+// 256-byte aligned (a launcher's workspace must be 256-byte aligned too), so
+// workspace_size and the launch derive the same offsets from one function.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dsa {
+
+inline constexpr std::size_t kWorkspaceAlign = 256;
+
+class WorkspaceLayout {
+ public:
+  // The offset of a new piece of `bytes` (0 bytes: an empty piece).
+  std::size_t take(std::size_t bytes) {
+    const std::size_t here = total_;
+    total_ += (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+    return here;
+  }
+  std::size_t total() const { return total_; }
+
+ private:
+  std::size_t total_ = 0;
+};
+
+template <class T>
+T* workspace_piece(void* base, std::size_t offset) {
+  return reinterpret_cast<T*>(static_cast<std::uint8_t*>(base) + offset);
+}
+
+}  // namespace dsa

@@ -1,0 +1,445 @@
+// The decode operators (decode.h).
+//
+// indexer_topk_paged runs the unfused pipeline over the paged cache, batch
+// by batch of requests: the scoring kernel with PagedKeys (keys and scales
+// read through each request's block-table row) writes a bounded buffer of
+// scores, and the standalone top-k selects every row from it. Rows are the
+// requests' rows padded to whole query blocks (block_columns), so a prepare
+// kernel writes each launch row's range [0, len) and, where padding rows
+// exist, its head weights; a map kernel writes the real rows' results
+// (positions or physical slots). Lengths are read on the device: no host
+// synchronisation, so the whole call can be captured in a CUDA graph.
+//
+// merge_topk: one CTA per row finds the K-th largest (score key, index) pair
+// over the parts' non-empty entries with eight 8-bit radix passes, takes
+// every entry above it, and sorts the K it took.
+#include "decode/decode.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "common/keys.h"
+#include "common/workspace.h"
+#include "scoring/launch.cuh"
+#include "selection/topk/topk.h"
+
+namespace dsa::decode {
+namespace {
+
+// The scores buffer: rows are scored batch by batch into at most this many
+// bytes (at least one request), as the prefill operator's staged route does.
+constexpr std::size_t kScoresBytes = std::size_t{512} << 20;
+
+Status cuda_error(cudaError_t err, const char* op, const char* what) {
+  return {StatusCode::kCudaError, std::string(op) + ": " + what + ": " + cudaGetErrorString(err)};
+}
+
+int log2_exact(int n) {
+  int s = 0;
+  while ((1 << s) < n) ++s;
+  return s;
+}
+
+
+Status check_workspace(const char* op, void* workspace, std::size_t bytes, std::size_t needed) {
+  if (needed == 0) return Status::Ok();
+  if (workspace == nullptr || bytes < needed) {
+    return {StatusCode::kInvalidArgument, std::string("ctx.workspace: the CUDA ") + op + " needs " +
+                                              std::to_string(needed) + " bytes (" + op + "_workspace_size), got " +
+                                              std::to_string(workspace == nullptr ? 0 : bytes)};
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlign != 0) {
+    return {StatusCode::kInvalidArgument, "ctx.workspace: must be 256-byte aligned"};
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------ paged plan ---
+
+// The query blocks of a launch: kCols = H x (next_n rounded up to a power of
+// two), 64 to 256 columns (so one token of H = 64 is a 64-column block,
+// not a quarter of a 256-column one), and the launch rows per request, a
+// power of two (PagedKeys shifts by its log): whole blocks, a block never
+// spanning two requests.
+int round_up_pow2(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+int block_columns(const PagedIndexerTopkParams& p) {
+  return std::clamp(p.num_heads * round_up_pow2(p.next_n), 64, scoring::kTileCols);
+}
+std::int64_t rows_per_request(const PagedIndexerTopkParams& p) {
+  return std::max(round_up_pow2(p.next_n), block_columns(p) / p.num_heads);
+}
+
+struct PagedLayout {
+  std::int64_t rows_per_request = 0;
+  std::int64_t stride = 0;          // floats per scored row
+  std::int64_t batch_requests = 0;  // requests per batch of the scores buffer
+  bool padded = false;              // launch rows differ from the output's rows
+  bool mapped = false;              // the top-k writes the workspace, a map kernel the output
+  std::size_t ks = 0, ke = 0, w = 0, scores = 0, indices = 0, values = 0, total = 0;
+};
+
+PagedLayout paged_layout(const PagedIndexerTopkParams& p) {
+  PagedLayout l;
+  l.rows_per_request = rows_per_request(p);
+  l.stride = std::max<std::int64_t>(4, (p.max_context() + 3) / 4 * 4);
+  const auto request_bytes = static_cast<std::size_t>(l.rows_per_request * l.stride) * sizeof(float);
+  l.batch_requests = std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
+                                              std::max<std::int64_t>(p.batch, 1));
+  l.padded = l.rows_per_request != p.next_n;
+  l.mapped = l.padded || p.physical_slots;
+  const auto rows = static_cast<std::size_t>(p.batch * l.rows_per_request);
+  const auto batch_rows = static_cast<std::size_t>(l.batch_requests * l.rows_per_request);
+  const auto K = static_cast<std::size_t>(p.options.k);
+  WorkspaceLayout pieces;
+  const auto take = [&](std::size_t bytes) { return pieces.take(bytes); };
+  l.ks = take(rows * sizeof(std::int32_t));
+  l.ke = take(rows * sizeof(std::int32_t));
+  l.w = take(l.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
+  l.scores = take(batch_rows * static_cast<std::size_t>(l.stride) * sizeof(float));
+  l.indices = take(l.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
+  l.values = take(l.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
+  l.total = pieces.total();
+  return l;
+}
+
+struct PrepareArgs {
+  const std::int32_t* context_lens;
+  const float* w;
+  std::int64_t batch;
+  std::int32_t next_n;
+  std::int32_t heads;
+  std::int32_t rows_per_request;
+  bool lens_per_token;
+  std::int32_t max_context;  // 0 when the cache has no blocks
+  std::int32_t* ks;          // [batch * rows_per_request]
+  std::int32_t* ke;
+  float* padded_w;           // [batch * rows_per_request, heads] or null
+};
+
+// Row (b, j)'s length, clamped to [0, max_context] (contract: lengths past it
+// are rejected when range checking is on, clamped otherwise).
+__device__ __forceinline__ std::int32_t row_length(const PrepareArgs& a, std::int64_t b, std::int32_t j) {
+  const std::int64_t len = a.lens_per_token ? static_cast<std::int64_t>(a.context_lens[b * a.next_n + j])
+                                            : static_cast<std::int64_t>(a.context_lens[b]) - a.next_n + j + 1;
+  return static_cast<std::int32_t>(min(max(len, std::int64_t{0}), static_cast<std::int64_t>(a.max_context)));
+}
+
+// One thread per launch row: its range; with padded_w, one per (row, head)
+// weight as well.
+__global__ void paged_prepare_kernel(const PrepareArgs a) {
+  const std::int64_t rows = a.batch * a.rows_per_request;
+  const std::int64_t items = a.padded_w != nullptr ? rows * a.heads : rows;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < items;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (i < rows) {
+      const std::int64_t b = i / a.rows_per_request;
+      const auto j = static_cast<std::int32_t>(i - b * a.rows_per_request);
+      a.ks[i] = 0;
+      a.ke[i] = j < a.next_n ? row_length(a, b, j) : 0;
+    }
+    if (a.padded_w != nullptr) {
+      const std::int64_t row = i / a.heads, b = row / a.rows_per_request;
+      const auto j = static_cast<std::int32_t>(row - b * a.rows_per_request);
+      a.padded_w[i] = j < a.next_n ? a.w[(b * a.next_n + j) * a.heads + (i - row * a.heads)] : 0.0f;
+    }
+  }
+}
+
+struct MapArgs {
+  const std::int32_t* rows_indices;  // [requests * rows_per_request, K]: the top-k's output
+  const float* rows_values;          // or null
+  const std::int32_t* block_table;   // the batch's first request's row
+  std::int64_t table_stride;
+  std::int32_t table_width;
+  std::int32_t block_shift;
+  std::int64_t requests;
+  std::int32_t next_n;
+  std::int32_t rows_per_request;
+  std::int32_t k;
+  bool physical_slots;
+  std::int32_t* indices;             // [requests * next_n, K]
+  float* values;                     // or null
+};
+
+// The real rows' results from the launch rows', positions mapped to
+// physical slots when asked (an entry outside the table's width maps to -1:
+// only unvalidated input gets there).
+__global__ void paged_map_kernel(const MapArgs a) {
+  const std::int64_t items = a.requests * a.next_n * a.k;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < items;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / a.k, b = row / a.next_n;
+    const std::int64_t from = (b * a.rows_per_request + (row - b * a.next_n)) * a.k + (i - row * a.k);
+    std::int32_t index = a.rows_indices[from];
+    if (a.physical_slots && index >= 0) {
+      const std::int32_t entry = index >> a.block_shift;
+      // Slots of a validated cache fit int32 (num_blocks * block_size <= INT32_MAX).
+      index = entry < a.table_width
+                  ? static_cast<std::int32_t>(
+                        (static_cast<std::int64_t>(__ldg(a.block_table + b * a.table_stride + entry)) << a.block_shift) +
+                        (index & ((1 << a.block_shift) - 1)))
+                  : -1;
+    }
+    a.indices[i] = index;
+    if (a.values != nullptr) a.values[i] = a.rows_values[from];
+  }
+}
+
+int grid_for(std::int64_t items) { return static_cast<int>(std::clamp<std::int64_t>((items + 255) / 256, 1, 4096)); }
+
+// ----------------------------------------------------------------- merge ---
+
+constexpr int kMergeThreads = 512;
+
+struct MergeArgs {
+  const float* values;
+  const std::int32_t* indices;
+  std::int64_t parts, rows, part_k;
+  std::int32_t* out_indices;
+  float* out_values;
+};
+
+// (score key, inverted index): larger is better, and equal scores rank the
+// smaller index first. 0 marks an empty entry (a score key is never 0).
+__device__ __forceinline__ std::uint64_t merge_key(const MergeArgs& a, std::int64_t at) {
+  const std::int32_t index = __ldg(a.indices + at);
+  if (index < 0) return 0;
+  return (static_cast<std::uint64_t>(score_key(__ldg(a.values + at))) << 32) |
+         (0xFFFFFFFFu - static_cast<std::uint32_t>(index));
+}
+
+template <int K>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a) {
+  __shared__ std::uint64_t keys[K];
+  __shared__ std::uint32_t entry[K];  // e: part e / part_k, slot e % part_k (< INT32_MAX, validated)
+  __shared__ std::uint32_t hist[256];
+  __shared__ std::uint64_t kth;
+  __shared__ std::uint32_t left, taken_gt, taken_eq, valid;
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t n = a.parts * a.part_k;
+  const auto offset = [&](std::int64_t e) {
+    const std::int64_t p = e / a.part_k;
+    return (p * a.rows + r) * a.part_k + (e - p * a.part_k);
+  };
+  for (int i = threadIdx.x; i < K; i += kMergeThreads) keys[i] = 0;
+  if (threadIdx.x == 0) {
+    valid = 0;
+    taken_gt = 0;
+    taken_eq = 0;
+  }
+  __syncthreads();
+  std::uint32_t mine = 0;
+  for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) mine += merge_key(a, offset(e)) != 0;
+  atomicAdd(&valid, mine);
+  __syncthreads();
+  if (valid > K) {
+    // The K-th largest key, 8 bits a pass from the top.
+    std::uint64_t prefix = 0;
+    if (threadIdx.x == 0) left = K;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      const std::uint64_t above = shift == 56 ? 0 : ~std::uint64_t{0} << (shift + 8);
+      for (int i = threadIdx.x; i < 256; i += kMergeThreads) hist[i] = 0;
+      __syncthreads();
+      for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) {
+        const std::uint64_t key = merge_key(a, offset(e));
+        if (key != 0 && (key & above) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        std::uint32_t before = 0;
+        int digit = 255;
+        for (; digit > 0 && before + hist[digit] < left; --digit) before += hist[digit];
+        left -= before;
+        kth = prefix | (static_cast<std::uint64_t>(digit) << shift);
+      }
+      __syncthreads();
+      prefix = kth;
+    }
+  } else if (threadIdx.x == 0) {
+    kth = 1;  // every non-empty entry
+    left = 0;
+  }
+  __syncthreads();
+  // Keys above kth (K - left of them), then up to `left` keys equal to it
+  // (one, unless a row repeats an index).
+  const std::uint32_t above = valid > K ? K - left : valid;
+  for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) {
+    const std::int64_t at = offset(e);
+    const std::uint64_t key = merge_key(a, at);
+    std::uint32_t slot = K;
+    if (key > kth || (valid <= K && key != 0)) {
+      slot = atomicAdd(&taken_gt, 1u);
+    } else if (key == kth && key != 0) {
+      const std::uint32_t tie = atomicAdd(&taken_eq, 1u);
+      if (tie < left) slot = above + tie;
+    }
+    if (slot < K) {
+      keys[slot] = key;
+      entry[slot] = static_cast<std::uint32_t>(e);
+    }
+  }
+  __syncthreads();
+  // Bitonic sort, descending (empty slots, key 0, last).
+  for (int size = 2; size <= K; size *= 2) {
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int i = threadIdx.x; i < K / 2; i += kMergeThreads) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool descending = (lo & size) == 0;
+        if ((keys[lo] < keys[hi]) == descending) {
+          const std::uint64_t k = keys[lo];
+          keys[lo] = keys[hi];
+          keys[hi] = k;
+          const std::uint32_t e = entry[lo];
+          entry[lo] = entry[hi];
+          entry[hi] = e;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = threadIdx.x; i < K; i += kMergeThreads) {
+    const bool full = keys[i] != 0;
+    a.out_indices[r * K + i] = full ? static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(keys[i]))
+                                    : -1;
+    if (a.out_values != nullptr) a.out_values[r * K + i] = full ? __ldg(a.values + offset(entry[i])) : -__int_as_float(0x7F800000);
+  }
+}
+
+template <int kHeads, class Sink>
+Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
+                            const scoring::PagedKeys& keys) {
+  switch (columns) {
+    case 64: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys);
+    case 128: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, nullptr, sink, stream, keys);
+    default: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, nullptr, sink, stream, keys);
+  }
+}
+
+template <class Sink>
+Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
+                            const scoring::PagedKeys& keys) {
+  return in.num_heads == 64 ? launch_paged_scoring<64>(in, columns, sink, stream, keys)
+                            : launch_paged_scoring<32>(in, columns, sink, stream, keys);
+}
+
+}  // namespace
+
+std::size_t paged_workspace_size(const PagedIndexerTopkParams& params) {
+  if (params.num_rows() == 0) return 0;
+  return paged_layout(params).total;
+}
+
+Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* stream, void* workspace,
+                                 std::size_t workspace_bytes) {
+  constexpr const char* kOp = "indexer_topk_paged";
+  if (p.num_rows() == 0) return Status::Ok();
+  const PagedLayout l = paged_layout(p);
+  if (Status st = check_workspace(kOp, workspace, workspace_bytes, l.total); !st.ok()) return st;
+  auto* ks = workspace_piece<std::int32_t>(workspace, l.ks);
+  auto* ke = workspace_piece<std::int32_t>(workspace, l.ke);
+  auto* padded_w = l.padded ? workspace_piece<float>(workspace, l.w) : nullptr;
+  auto* scores = workspace_piece<float>(workspace, l.scores);
+  const int K = p.options.k;
+  const int shift = log2_exact(p.block_size);
+  {
+    const PrepareArgs args{p.context_lens,
+                           p.w,
+                           p.batch,
+                           p.next_n,
+                           p.num_heads,
+                           static_cast<std::int32_t>(l.rows_per_request),
+                           p.lens_per_token,
+                           p.num_blocks > 0 ? static_cast<std::int32_t>(p.max_context()) : 0,
+                           ks,
+                           ke,
+                           padded_w};
+    const std::int64_t rows = p.batch * l.rows_per_request;
+    paged_prepare_kernel<<<grid_for(padded_w != nullptr ? rows * p.num_heads : rows), 256, 0, stream>>>(args);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return cuda_error(err, kOp, "prepare kernel launch");
+  }
+  for (std::int64_t first = 0; first < p.batch; first += l.batch_requests) {
+    const std::int64_t requests = std::min(l.batch_requests, p.batch - first);
+    const std::int64_t row0 = first * l.rows_per_request, rows = requests * l.rows_per_request;
+    IndexerInputs in;
+    in.q = p.q + first * p.next_n * p.num_heads * kHeadDim;
+    in.w = padded_w != nullptr ? padded_w + row0 * p.num_heads : p.w + first * p.next_n * p.num_heads;
+    in.ks = ks + row0;
+    in.ke = ke + row0;
+    in.num_queries = rows;
+    in.num_keys = p.max_context();
+    in.num_heads = p.num_heads;
+    const std::int32_t* table = p.block_table + first * p.block_table_stride;
+    const scoring::PagedKeys keys{p.kv_cache,
+                                  table,
+                                  p.block_table_stride,
+                                  static_cast<std::int32_t>(p.max_blocks_per_seq),
+                                  static_cast<std::int32_t>(p.num_blocks),
+                                  shift,
+                                  log2_exact(static_cast<int>(l.rows_per_request)),
+                                  p.next_n};
+    Status st = launch_paged_scoring(in, block_columns(p), scoring::StoreSink{scores, l.stride}, stream, keys);
+    if (!st.ok()) return st;
+    TopkParams tp;
+    tp.scores = scores;
+    tp.ks = in.ks;
+    tp.ke = in.ke;
+    tp.num_rows = rows;
+    tp.num_cols = p.max_context();
+    tp.score_stride = l.stride;
+    tp.indices = l.mapped ? workspace_piece<std::int32_t>(workspace, l.indices) : p.indices + first * p.next_n * K;
+    tp.values = p.values == nullptr ? nullptr
+                : l.mapped          ? workspace_piece<float>(workspace, l.values)
+                                    : p.values + first * p.next_n * K;
+    tp.options = p.options;
+    selection::topk::TopkHooks th;
+    th.after_producer = scoring::scoring_launches(in);
+    st = selection::topk::launch_topk(tp, stream, th);
+    if (!st.ok()) return st;
+    if (l.mapped) {
+      const MapArgs args{tp.indices,
+                         tp.values,
+                         table,
+                         p.block_table_stride,
+                         static_cast<std::int32_t>(p.max_blocks_per_seq),
+                         shift,
+                         requests,
+                         p.next_n,
+                         static_cast<std::int32_t>(l.rows_per_request),
+                         K,
+                         p.physical_slots,
+                         p.indices + first * p.next_n * K,
+                         p.values != nullptr ? p.values + first * p.next_n * K : nullptr};
+      paged_map_kernel<<<grid_for(requests * p.next_n * K), 256, 0, stream>>>(args);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return cuda_error(err, kOp, "map kernel launch");
+    }
+  }
+  return Status::Ok();
+}
+
+std::size_t merge_workspace_size(const MergeTopkParams&) { return 0; }
+
+Status launch_merge_topk(const MergeTopkParams& p, CUstream_st* stream, void*, std::size_t) {
+  if (p.num_rows == 0) return Status::Ok();
+  const MergeArgs args{p.values, p.indices, p.num_parts, p.num_rows, std::max<std::int64_t>(p.part_k, 1),
+                       p.out_indices, p.out_values};
+  const auto grid = static_cast<unsigned>(p.num_rows);
+  switch (p.options.k) {
+    case 512: merge_kernel<512><<<grid, kMergeThreads, 0, stream>>>(args); break;
+    case 1024: merge_kernel<1024><<<grid, kMergeThreads, 0, stream>>>(args); break;
+    case 2048: merge_kernel<2048><<<grid, kMergeThreads, 0, stream>>>(args); break;
+    default: return {StatusCode::kInternal, "merge_topk: K " + std::to_string(p.options.k) + " has no kernel"};
+  }
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? Status::Ok() : cuda_error(err, "merge_topk", "merge kernel launch");
+}
+
+}  // namespace dsa::decode

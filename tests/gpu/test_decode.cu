@@ -1,0 +1,447 @@
+// The decode operators on CUDA. indexer_topk_paged against the prefill
+// operator on the same problem laid out contiguously (tools::contiguous_view):
+// with smallest-index ties the two must agree bit for bit (indices and
+// values), since both score with the same kernel arithmetic; with any ties
+// the sorted values must agree. merge_topk against the CPU backend (both
+// emit the sorted order, so the arrays are identical). Graph capture and
+// replay with new lengths and tables; unvalidated bad input stays in bounds.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device_array.h"
+#include "dsa_topk/dsa_topk.h"
+#include "gpu_test_util.h"
+#include "tools/generators.h"
+#include "tools/paged.h"
+#include "tools/problem.h"
+
+namespace dsa {
+namespace {
+
+using testing::DeviceArray;
+using testing::make_options;
+using testing::paged_spec;
+using tools::Distribution;
+using tools::PagedProblem;
+using tools::PagedSpec;
+
+// A paged problem's inputs in device memory.
+struct DevicePaged {
+  explicit DevicePaged(const PagedProblem& p)
+      : host(p), q(p.q), cache(p.kv_cache), table(p.block_table), lens(p.context_lens), w(p.w) {}
+  PagedIndexerTopkParams params(std::int32_t* indices, float* values, const SelectOptions& options,
+                                bool physical) const {
+    PagedIndexerTopkParams out = host.params(indices, values, options, physical);
+    out.q = q.get();
+    out.kv_cache = cache.get();
+    out.block_table = table.get();
+    out.context_lens = lens.get();
+    out.w = w.get();
+    return out;
+  }
+  const PagedProblem& host;
+  DeviceArray<std::uint8_t> q, cache;
+  DeviceArray<std::int32_t> table, lens;
+  DeviceArray<float> w;
+};
+
+struct Result {
+  std::vector<std::int32_t> indices;
+  std::vector<float> values;
+};
+
+// Runs `call` with a workspace of `bytes`; returns its Status.
+template <class Call>
+Status with_workspace(std::size_t bytes, Call call) {
+  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
+  ExecutionContext ctx;
+  ctx.backend = Backend::kCuda;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = bytes;
+  const Status st = call(ctx);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return st;
+}
+
+Result run_paged(const DevicePaged& d, const SelectOptions& options, bool physical, bool want_values,
+                 bool check_ranges = true) {
+  const std::int64_t rows = d.host.B * d.host.next_n;
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(rows) * options.k);
+  DeviceArray<float> values(want_values ? static_cast<std::size_t>(rows) * options.k : 0);
+  indices.poison();
+  if (want_values) values.poison();
+  const PagedIndexerTopkParams p = d.params(indices.get(), want_values ? values.get() : nullptr, options, physical);
+  std::size_t bytes = 0;
+  EXPECT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  const Status st = with_workspace(bytes, [&](ExecutionContext ctx) {
+    ctx.check_ranges = check_ranges;
+    return indexer_topk_paged(p, ctx);
+  });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return {indices.download(), want_values ? values.download() : std::vector<float>{}};
+}
+
+// The prefill operator on the contiguous layout (relative indices: positions).
+Result run_prefill(const tools::IndexerProblem& c, const SelectOptions& options) {
+  DeviceArray<std::uint8_t> q(c.q), k(c.k);
+  DeviceArray<float> k_scale(c.k_scale), w(c.w);
+  DeviceArray<std::int32_t> ks(c.ks), ke(c.ke);
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(c.T) * options.k);
+  DeviceArray<float> values(static_cast<std::size_t>(c.T) * options.k);
+  SelectOptions o = options;
+  o.index_base = IndexBase::kRelative;
+  IndexerTopkParams p = c.params(indices.get(), values.get(), o);
+  p.q = q.get();
+  p.k = k.get();
+  p.k_scale = k_scale.get();
+  p.w = w.get();
+  p.ks = ks.get();
+  p.ke = ke.get();
+  std::size_t bytes = 0;
+  EXPECT_TRUE(indexer_topk_workspace_size(p, Backend::kCuda, &bytes).ok());
+  const Status st = with_workspace(bytes, [&](const ExecutionContext& ctx) { return indexer_topk(p, ctx); });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return {indices.download(), values.download()};
+}
+
+std::string describe(const PagedSpec& s, int K) {
+  return std::string(tools::to_string(s.dist)) + " B=" + std::to_string(s.B) + " next_n=" + std::to_string(s.next_n) +
+         " H=" + std::to_string(s.H) + " bs=" + std::to_string(s.block_size) +
+         (s.lens_per_token ? " per-token" : "") + " K=" + std::to_string(K) + " seed=" + std::to_string(s.seed);
+}
+
+// Paged (deterministic, sorted, values) == prefill on the contiguous view, bit
+// for bit; physical slots are the positions mapped through the table; any
+// ties give the same sorted values.
+void expect_matches_prefill(const PagedSpec& s, int K) {
+  SCOPED_TRACE(describe(s, K));
+  const PagedProblem p = tools::make_paged_problem(s);
+  const DevicePaged d(p);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const Result paged = run_paged(d, det, false, true);
+  const Result want = run_prefill(tools::contiguous_view(p), det);
+  ASSERT_EQ(paged.indices, want.indices);
+  ASSERT_EQ(paged.values.size(), want.values.size());
+  for (std::size_t i = 0; i < want.values.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&paged.values[i], &want.values[i], sizeof(float)), 0) << "slot " << i;
+  }
+  const Result slots = run_paged(d, det, true, false);
+  const std::int64_t rows = p.B * p.next_n;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < K; ++i) {
+      const std::int32_t pos = want.indices[r * K + i];
+      const std::int32_t expect = pos < 0 ? -1 : tools::physical_slot(p, r / p.next_n, pos);
+      ASSERT_EQ(slots.indices[r * K + i], expect) << "row " << r << " slot " << i;
+    }
+  }
+  const Result any = run_paged(d, make_options(K), false, true);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::vector<float> got(any.values.begin() + r * K, any.values.begin() + (r + 1) * K);
+    std::vector<float> ref(want.values.begin() + r * K, want.values.begin() + (r + 1) * K);
+    std::sort(got.begin(), got.end());
+    std::sort(ref.begin(), ref.end());
+    ASSERT_EQ(got, ref) << "row " << r;
+  }
+}
+
+std::vector<std::int32_t> ragged(int n, std::int32_t lo, std::int32_t hi, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> len(lo, hi);
+  std::vector<std::int32_t> out(static_cast<std::size_t>(n));
+  for (auto& v : out) v = len(rng);
+  return out;
+}
+
+TEST(DecodeGpu, PagedMatchesPrefillEveryBlockSizeAndNextN) {
+  for (int bs : {16, 32, 64, 128}) {
+    for (int next_n : {1, 2, 4, 8}) {
+      expect_matches_prefill(paged_spec(Distribution::kModelLike, 3, next_n, 64, bs, {5000, 2047 + next_n, 1}, false, 11),
+                             2048);
+    }
+  }
+}
+
+TEST(DecodeGpu, PagedMatchesPrefillHeadsDistributionsAndK) {
+  std::uint64_t seed = 100;
+  for (Distribution dist : tools::all_distributions()) {
+    for (int H : {32, 64}) {
+      for (int K : {512, 2048}) {
+        expect_matches_prefill(paged_spec(dist, 5, 2, H, 64, ragged(5, 0, 9000, seed), false, seed), K);
+        ++seed;
+      }
+    }
+  }
+}
+
+TEST(DecodeGpu, PagedLengthsAroundKAndPerToken) {
+  // Per-token lengths: 0, 1, K-1, K, K+1 and longer, in one batch.
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {0, 1, 2047, 2048, 2049, 20000}, true, 7), 2048);
+  expect_matches_prefill(paged_spec(Distribution::kTies, 2, 4, 64, 32, {511, 512, 513, 0, 1, 1000, 3000, 2}, true, 8), 512);
+  // 1-D lengths shorter than next_n: the first rows are empty.
+  expect_matches_prefill(paged_spec(Distribution::kDeadRelu, 4, 4, 64, 16, {0, 1, 3, 4}, false, 9), 1024);
+}
+
+TEST(DecodeGpu, PagedLongContextAndManyRequests) {
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {200000, 70000}, false, 21), 2048);
+  expect_matches_prefill(paged_spec(Distribution::kShifted, 37, 1, 64, 64, ragged(37, 0, 12000, 22), false, 22), 2048);
+}
+
+TEST(DecodeGpu, PagedDeterministicAcrossRunsAndBatches) {
+  const PagedSpec s = paged_spec(Distribution::kTies, 6, 2, 64, 64, ragged(6, 100, 9000, 31), false, 31);
+  const PagedProblem p = tools::make_paged_problem(s);
+  const DevicePaged d(p);
+  const SelectOptions det = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const Result first = run_paged(d, det, false, true);
+  for (int run = 0; run < 3; ++run) EXPECT_EQ(run_paged(d, det, false, true).indices, first.indices);
+  // The first three requests alone (another batch composition, another
+  // grid split) get the same rows.
+  PagedProblem sub = p;
+  sub.B = 3;
+  sub.q.resize(static_cast<std::size_t>(sub.B * sub.next_n * sub.H * sub.D));
+  sub.w.resize(static_cast<std::size_t>(sub.B * sub.next_n * sub.H));
+  sub.block_table.resize(static_cast<std::size_t>(sub.B * sub.block_table_stride));
+  sub.context_lens.resize(static_cast<std::size_t>(sub.B));
+  const Result alone = run_paged(DevicePaged(sub), det, false, true);
+  const std::size_t n = static_cast<std::size_t>(sub.B * sub.next_n * 2048);
+  EXPECT_EQ(alone.indices, std::vector<std::int32_t>(first.indices.begin(), first.indices.begin() + n));
+  EXPECT_EQ(std::memcmp(alone.values.data(), first.values.data(), n * sizeof(float)), 0);
+}
+
+TEST(DecodeGpu, PagedGraphReplayWithNewLengthsAndTables) {
+  const int K = 2048;
+  const PagedProblem a =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 4, 2, 64, 64, {3000, 9000, 100, 6000}, false, 41));
+  // The same buffers with new data: other lengths (within each request's
+  // blocks), the blocks relabelled (block i's bytes moved to block nb-1-i and
+  // the table rewritten), other queries and weights.
+  PagedProblem b = a;
+  b.context_lens = {2049, 8000, 1, 5000};
+  const std::size_t block_bytes = a.kv_cache.size() / static_cast<std::size_t>(a.num_blocks);
+  for (std::int64_t i = 0; i < a.num_blocks; ++i) {
+    std::copy_n(a.kv_cache.begin() + i * block_bytes, block_bytes,
+                b.kv_cache.begin() + (a.num_blocks - 1 - i) * block_bytes);
+  }
+  for (auto& e : b.block_table) {
+    if (e >= 0 && e < a.num_blocks) e = static_cast<std::int32_t>(a.num_blocks - 1 - e);
+  }
+  std::reverse(b.q.begin(), b.q.end());
+  std::reverse(b.w.begin(), b.w.end());
+  DevicePaged d(a);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const std::int64_t rows = a.B * a.next_n;
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(rows) * K);
+  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, det, false);
+  std::size_t bytes = 0;
+  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ExecutionContext ctx;
+  ctx.backend = Backend::kCuda;
+  ctx.stream = stream;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = bytes;
+  ctx.check_ranges = false;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status st = indexer_topk_paged(p, ctx);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const PagedProblem* const replays[] = {&a, &b, &a};
+  for (const PagedProblem* now : replays) {
+    d.q.upload(now->q);
+    d.cache.upload(now->kv_cache);
+    d.table.upload(now->block_table);
+    d.lens.upload(now->context_lens);
+    d.w.upload(now->w);
+    indices.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(indices.download(), run_prefill(tools::contiguous_view(*now), det).indices);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(DecodeGpu, UncheckedBadInputStaysInBounds) {
+  PagedProblem p = tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {3000, 5000, 700}, false, 51));
+  // Table entries outside [0, num_blocks), a negative length, one past the table.
+  p.block_table[0] = -5;
+  p.block_table[1] = static_cast<std::int32_t>(p.num_blocks) + 100;
+  p.context_lens[1] = -7;
+  p.context_lens[2] = static_cast<std::int32_t>(p.max_blocks_per_seq * p.block_size) + 999;
+  const DevicePaged d(p);
+  const SelectOptions det = make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  // Checked: rejected, nothing written.
+  {
+    DeviceArray<std::int32_t> indices(3 * 2048);
+    indices.poison();
+    const PagedIndexerTopkParams prm = d.params(indices.get(), nullptr, det, false);
+    std::size_t bytes = 0;
+    ASSERT_TRUE(indexer_topk_paged_workspace_size(prm, Backend::kCuda, &bytes).ok());
+    const Status st = with_workspace(bytes, [&](const ExecutionContext& ctx) { return indexer_topk_paged(prm, ctx); });
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    const std::vector<std::int32_t> out = indices.download();
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](std::int32_t v) {
+      std::int32_t poison;
+      std::memset(&poison, testing::kPoison, sizeof(poison));
+      return v == poison;
+    }));
+  }
+  // Unchecked: runs, every index -1 or inside the clamped row.
+  const Result r = run_paged(d, det, false, false, /*check_ranges=*/false);
+  const std::int64_t max_len = p.max_blocks_per_seq * p.block_size;
+  for (std::int64_t row = 0; row < 3; ++row) {
+    const std::int64_t len = std::clamp<std::int64_t>(p.context_lens[row], 0, max_len);
+    for (int i = 0; i < 2048; ++i) {
+      const std::int32_t v = r.indices[row * 2048 + i];
+      EXPECT_TRUE(v == -1 || (v >= 0 && v < len)) << "row " << row << " slot " << i << ": " << v;
+    }
+  }
+}
+
+TEST(DecodeGpu, PagedTooSmallWorkspaceIsRejected) {
+  const PagedProblem p = tools::make_paged_problem(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {3000, 100}, false, 61));
+  const DevicePaged d(p);
+  DeviceArray<std::int32_t> indices(2 * 2048);
+  const PagedIndexerTopkParams prm = d.params(indices.get(), nullptr, make_options(2048), false);
+  std::size_t bytes = 0;
+  ASSERT_TRUE(indexer_topk_paged_workspace_size(prm, Backend::kCuda, &bytes).ok());
+  ASSERT_GT(bytes, 256u);
+  const Status st = with_workspace(bytes - 256, [&](const ExecutionContext& ctx) { return indexer_topk_paged(prm, ctx); });
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("ctx.workspace"), std::string::npos) << st.message();
+}
+
+// ----------------------------------------------------------------- merge ---
+
+struct MergeInput {
+  std::int64_t P, R, part_k;
+  std::vector<float> values;
+  std::vector<std::int32_t> indices;
+};
+
+// Parts of disjoint index sets per row; values with ties across parts, NaN,
+// -inf, and empty slots.
+MergeInput merge_input(std::int64_t P, std::int64_t R, std::int64_t part_k, std::uint64_t seed) {
+  MergeInput m{P, R, part_k, {}, {}};
+  std::mt19937_64 rng(seed);
+  m.values.resize(static_cast<std::size_t>(P * R * part_k));
+  m.indices.resize(m.values.size());
+  for (std::int64_t r = 0; r < R; ++r) {
+    std::vector<std::int32_t> pool(static_cast<std::size_t>(P * part_k));
+    for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<std::int32_t>(i * 3 + (r % 3));
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (std::int64_t p = 0; p < P; ++p) {
+      for (std::int64_t i = 0; i < part_k; ++i) {
+        const std::size_t at = static_cast<std::size_t>((p * R + r) * part_k + i);
+        const std::uint64_t u = rng() % 100;
+        m.indices[at] = u < 10 ? -1 : pool[static_cast<std::size_t>(p * part_k + i)];
+        m.values[at] = u < 13   ? std::nanf("")
+                       : u < 16 ? -INFINITY
+                       : u < 50 ? static_cast<float>(rng() % 8)  // ties
+                                : std::ldexp(static_cast<float>(rng() % 100000), -10);
+      }
+    }
+  }
+  return m;
+}
+
+Result run_merge(const MergeInput& m, const SelectOptions& options, Backend backend) {
+  MergeTopkParams p;
+  p.num_parts = m.P;
+  p.num_rows = m.R;
+  p.part_k = m.part_k;
+  p.options = options;
+  Result out{std::vector<std::int32_t>(static_cast<std::size_t>(m.R) * options.k),
+             std::vector<float>(static_cast<std::size_t>(m.R) * options.k)};
+  if (backend == Backend::kCpu) {
+    p.values = m.values.data();
+    p.indices = m.indices.data();
+    p.out_indices = out.indices.data();
+    p.out_values = out.values.data();
+    ExecutionContext ctx;
+    const Status st = merge_topk(p, ctx);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return out;
+  }
+  DeviceArray<float> values(m.values), out_values(out.values.size());
+  DeviceArray<std::int32_t> indices(m.indices), out_indices(out.indices.size());
+  out_indices.poison();
+  p.values = values.get();
+  p.indices = indices.get();
+  p.out_indices = out_indices.get();
+  p.out_values = out_values.get();
+  std::size_t bytes = 0;
+  EXPECT_TRUE(merge_topk_workspace_size(p, Backend::kCuda, &bytes).ok());
+  const Status st = with_workspace(bytes, [&](const ExecutionContext& ctx) { return merge_topk(p, ctx); });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return {out_indices.download(), out_values.download()};
+}
+
+TEST(DecodeGpu, MergeMatchesCpu) {
+  std::uint64_t seed = 1;
+  for (std::int64_t P : {1, 2, 3, 8}) {
+    for (std::int64_t part_k : {100, 512, 2048, 3000}) {
+      for (int K : {512, 2048}) {
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          SCOPED_TRACE("P=" + std::to_string(P) + " part_k=" + std::to_string(part_k) + " K=" + std::to_string(K));
+          const MergeInput m = merge_input(P, 5, part_k, seed++);
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
+          const Result gpu = run_merge(m, o, Backend::kCuda);
+          const Result cpu = run_merge(m, o, Backend::kCpu);
+          ASSERT_EQ(gpu.indices, cpu.indices);
+          for (std::size_t i = 0; i < cpu.values.size(); ++i) {
+            ASSERT_EQ(std::memcmp(&gpu.values[i], &cpu.values[i], sizeof(float)), 0) << "slot " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Context parallel on one GPU: each slice's top K with values, merged, is
+// the whole range's top K.
+TEST(DecodeGpu, MergeOfSlicesIsTheWholeTopK) {
+  const int K = 2048;
+  const PagedProblem p = tools::make_paged_problem(
+      paged_spec(Distribution::kModelLike, 4, 1, 64, 64, {30000, 9000, 2100, 50000}, false, 71));
+  const tools::IndexerProblem whole = tools::contiguous_view(p);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const Result want = run_prefill(whole, det);
+  constexpr int kSlices = 3;
+  MergeInput m{kSlices, whole.T, K, {}, {}};
+  for (int s = 0; s < kSlices; ++s) {
+    tools::IndexerProblem slice = whole;
+    for (std::int64_t t = 0; t < whole.T; ++t) {
+      const std::int32_t len = whole.ke[t] - whole.ks[t];
+      slice.ks[t] = whole.ks[t] + len * s / kSlices;
+      slice.ke[t] = whole.ks[t] + len * (s + 1) / kSlices;
+    }
+    const Result part = run_prefill(slice, det);  // relative to the slice's start
+    for (std::int64_t t = 0; t < whole.T; ++t) {
+      for (int i = 0; i < K; ++i) {
+        const std::int32_t v = part.indices[t * K + i];
+        m.indices.push_back(v < 0 ? -1 : v + slice.ks[t] - whole.ks[t]);
+        m.values.push_back(part.values[t * K + i]);
+      }
+    }
+  }
+  const Result merged = run_merge(m, det, Backend::kCuda);
+  EXPECT_EQ(merged.indices, want.indices);
+}
+
+}  // namespace
+}  // namespace dsa
