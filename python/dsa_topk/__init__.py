@@ -6,9 +6,12 @@ the fake implementations that torch.compile traces with, and exports:
 
 - the ops, also reachable as ``torch.ops.dsa_topk.<name>``:
   :func:`indexer_topk`, :func:`indexer_topk_out`, :func:`topk`,
-  :func:`indexer_scores`;
-- drop-in replacements for the engines' prefill indexer stage:
-  :func:`vllm_indexer_topk_prefill`, :func:`sglang_indexer_topk_ragged`.
+  :func:`indexer_scores`, :func:`indexer_topk_paged`,
+  :func:`indexer_topk_paged_out`, :func:`merge_topk`;
+- drop-in replacements for the engines' indexer stage, prefill
+  (:func:`vllm_indexer_topk_prefill`, :func:`sglang_indexer_topk_ragged`) and
+  decode over the paged cache (:func:`vllm_indexer_topk_decode`,
+  :func:`sglang_indexer_topk_paged`).
 
 Set DSA_TOPK_LIBRARY to load the ops library from another path.
 """
@@ -35,15 +38,22 @@ def _load_library() -> str:
 library_path = _load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake implementations)
-from .engines import sglang_indexer_topk_ragged, vllm_indexer_topk_prefill  # noqa: E402
-from .ops import indexer_scores, indexer_topk, indexer_topk_out, topk  # noqa: E402
+from .engines import (sglang_indexer_topk_paged, sglang_indexer_topk_ragged,  # noqa: E402
+                      vllm_indexer_topk_decode, vllm_indexer_topk_prefill)
+from .ops import (indexer_scores, indexer_topk, indexer_topk_out, indexer_topk_paged,  # noqa: E402
+                  indexer_topk_paged_out, merge_topk, topk)
 
 __all__ = [
     "indexer_topk",
     "indexer_topk_out",
     "topk",
     "indexer_scores",
+    "indexer_topk_paged",
+    "indexer_topk_paged_out",
+    "merge_topk",
     "vllm_indexer_topk_prefill",
     "sglang_indexer_topk_ragged",
+    "vllm_indexer_topk_decode",
+    "sglang_indexer_topk_paged",
     "library_path",
 ]

@@ -37,3 +37,24 @@ def _topk_fake(scores, ks, ke, topk=2048, *, num_cols=None, relative=False, dete
 @torch.library.register_fake("dsa_topk::indexer_scores")
 def _indexer_scores_fake(q, k, k_scale, w, ks, ke, *, clean=True, check_ranges=True):
     return _new_empty(q, (q.shape[0], k.shape[0]), torch.float32)
+
+
+@torch.library.register_fake("dsa_topk::indexer_topk_paged")
+def _indexer_topk_paged_fake(q, kv_cache, block_table, context_lens, w, topk=2048, *, physical_slots=False,
+                             deterministic=False, sorted=False, return_values=False, check_ranges=True):
+    rows = q.shape[0] * q.shape[1]
+    indices = _new_empty(q, (rows, topk), torch.int32)
+    values = _new_empty(q, (rows, topk) if return_values else (0, 0), torch.float32)
+    return indices, values
+
+
+@torch.library.register_fake("dsa_topk::indexer_topk_paged_out")
+def _indexer_topk_paged_out_fake(q, kv_cache, block_table, context_lens, w, indices, values=None, *,
+                                 physical_slots=False, deterministic=False, sorted=False, check_ranges=True):
+    return None
+
+
+@torch.library.register_fake("dsa_topk::merge_topk")
+def _merge_topk_fake(values, indices, topk=2048, *, deterministic=False, sorted=False):
+    rows = values.shape[1]
+    return _new_empty(values, (rows, topk), torch.int32), _new_empty(values, (rows, topk), torch.float32)
