@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
 #include "tools/generators.h"
+#include "tools/paged.h"
 #include "tools/safetensors.h"
 
 namespace dsa::cli {
@@ -64,15 +66,20 @@ std::vector<Layout> parse_layouts(const std::string& name) {
   return {l};
 }
 
+// "a, b, c or d".
+std::string one_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return out;
+}
+
 // --op (default indexer), one of `allowed` (the command's ops).
 std::string parse_op(const Args& args, const std::vector<std::string>& allowed) {
   const std::string op = args.get("op", "indexer");
   if (std::find(allowed.begin(), allowed.end(), op) != allowed.end()) return op;
-  std::string expected;
-  for (std::size_t i = 0; i < allowed.size(); ++i) {
-    expected += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
-  }
-  throw std::invalid_argument("--op: expected " + expected + ", got '" + op + "'");
+  throw std::invalid_argument("--op: expected " + one_of(allowed) + ", got '" + op + "'");
 }
 
 SelectOptions parse_options(const Args& args) {
@@ -87,6 +94,8 @@ SelectOptions parse_options(const Args& args) {
 const std::vector<std::string> kCommonOptions = {"backend", "op", "dist", "layout", "T", "N", "K", "heads",
                                                  "seed", "threads", "deterministic", "relative", "sorted",
                                                  "values"};
+// The decode operator's shape (check and bench, --op decode).
+const std::vector<std::string> kDecodeOptions = {"B", "next-n", "L", "block-size"};
 
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
@@ -107,28 +116,40 @@ struct RunResult {
   }
 };
 
+// The operator each problem is for, on host pointers; its output rows.
+Status run_host(const IndexerProblem& prob, std::int32_t* indices, float* values, const SelectOptions& options,
+                const ExecutionContext& ctx) {
+  return indexer_topk(prob.params(indices, values, options), ctx);
+}
+Status run_host(const ScoresProblem& prob, std::int32_t* indices, float* values, const SelectOptions& options,
+                const ExecutionContext& ctx) {
+  return topk(prob.params(indices, values, options), ctx);
+}
+Status run_host(const tools::PagedProblem& prob, std::int32_t* indices, float* values, const SelectOptions& options,
+                const ExecutionContext& ctx) {
+  return indexer_topk_paged(prob.params(indices, values, options, /*physical_slots=*/false), ctx);
+}
+std::int64_t rows_of(const IndexerProblem& prob) { return prob.T; }
+std::int64_t rows_of(const ScoresProblem& prob) { return prob.T; }
+std::int64_t rows_of(const tools::PagedProblem& prob) { return prob.rows(); }
+
 template <typename Problem>
 RunResult run_operator(const Problem& prob, const SelectOptions& options, bool want_values, Backend backend,
                        int threads, int reps) {
   RunResult r;
-  r.out.T = prob.T;
+  r.out.T = rows_of(prob);
   r.out.K = options.k;
   if (backend == Backend::kCuda) {
     r.status = run_on_device(prob, options, want_values, reps, &r.out, &r.ms);
     return r;
   }
-  r.out.indices.assign(static_cast<std::size_t>(prob.T * options.k), -2);  // poison
+  r.out.indices.assign(static_cast<std::size_t>(r.out.T * options.k), -2);  // poison
   if (want_values) r.out.values.assign(r.out.indices.size(), 0.0f);
   ExecutionContext ctx;
   ctx.num_threads = threads;
-  const auto params = prob.params(r.out.indices.data(), want_values ? r.out.values.data() : nullptr, options);
   for (int i = 0; i < std::max(reps, 1); ++i) {
     const auto start = std::chrono::steady_clock::now();
-    if constexpr (std::is_same_v<Problem, IndexerProblem>) {
-      r.status = indexer_topk(params, ctx);
-    } else {
-      r.status = topk(params, ctx);
-    }
+    r.status = run_host(prob, r.out.indices.data(), want_values ? r.out.values.data() : nullptr, options, ctx);
     r.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     if (!r.status.ok()) break;
   }
@@ -220,14 +241,21 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   }
 }
 
-void write_json(const std::string& path, const std::vector<Row>& rows, const GpuCeilings& ceilings) {
+// The bench's JSON file: the in-run ceilings, the rest setting, the rows.
+void write_bench_json(const std::string& path, const GpuCeilings& ceilings, nlohmann::json rows) {
   nlohmann::json j;
   j["ceilings"] = {{"measured", ceilings.measured},     {"device", ceilings.device},
                    {"why_not", ceilings.why_not},       {"copy_tb_s", ceilings.copy_tb_s},
-                   {"fp8_tflops", ceilings.fp8_tflops}, {"fp8_fast_tflops", ceilings.fp8_fast_tflops},
+                   {"read_tb_s", ceilings.read_tb_s},   {"fp8_tflops", ceilings.fp8_tflops},
+                   {"fp8_fast_tflops", ceilings.fp8_fast_tflops},
                    {"fp8_sustained_tflops", ceilings.fp8_sustained_tflops}};
   j["rest_ms"] = rest_ms();
-  j["rows"] = nlohmann::json::array();
+  j["rows"] = std::move(rows);
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const GpuCeilings& ceilings) {
+  nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json row = {{"op", r.op},         {"dist", r.dist},   {"layout", r.layout},
                           {"backend", r.backend}, {"T", r.T},         {"N", r.N},
@@ -246,9 +274,9 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
       row["exposed_selection_ms"] = r.ms - r.math_ms;
       row["route"] = r.route;
     }
-    j["rows"].push_back(row);
+    out.push_back(row);
   }
-  std::ofstream(path) << j.dump(2) << "\n";
+  write_bench_json(path, ceilings, std::move(out));
 }
 
 std::string backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
@@ -372,25 +400,27 @@ std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput
   return "";
 }
 
-// The one checker against a dense [T, N] score matrix, rows split into
-// blocks over the hardware threads (the h200 grid's verification reads up to
-// 512M scores per row of the table); failures keep their row numbers.
-tools::CheckReport check_dense_in_parallel(const IndexerProblem& prob, const std::vector<float>& scores,
-                                           const SelectOptions& options, const tools::TopkOutput& out) {
+// The one checker against a dense [T, stride] score matrix (row t's
+// candidates at columns [ks[t], ke[t])), rows split into blocks over the
+// hardware threads (the h200 grid's verification reads up to 512M scores per
+// row of the table); failures keep their row numbers.
+tools::CheckReport check_dense_in_parallel(std::int64_t T, const std::int32_t* ks, const std::int32_t* ke,
+                                           const float* scores, std::int64_t stride, const SelectOptions& options,
+                                           const tools::TopkOutput& out) {
   constexpr std::int64_t kMaxFailures = 8;
   const std::int64_t workers = std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t block = std::max<std::int64_t>(1, (prob.T + workers - 1) / workers);
-  const std::int64_t blocks = (prob.T + block - 1) / block;
+  const std::int64_t block = std::max<std::int64_t>(1, (T + workers - 1) / workers);
+  const std::int64_t blocks = (T + block - 1) / block;
   std::vector<tools::CheckReport> reports(static_cast<std::size_t>(blocks));
   std::vector<std::thread> threads;
   for (std::int64_t b = 0; b < blocks; ++b) {
     threads.emplace_back([&, b] {
       const std::int64_t first = b * block;
       tools::CheckInput in;
-      in.T = std::min(block, prob.T - first);
-      in.ks = prob.ks.data() + first;
-      in.ke = prob.ke.data() + first;
-      in.row_scores = tools::dense_row_scores(scores.data() + first * prob.N, prob.N, in.ks, in.ke);
+      in.T = std::min(block, T - first);
+      in.ks = ks + first;
+      in.ke = ke + first;
+      in.row_scores = tools::dense_row_scores(scores + first * stride, stride, in.ks, in.ke);
       in.indices = out.indices.data() + first * options.k;
       in.values = out.values.empty() ? nullptr : out.values.data() + first * options.k;
       in.options = options;
@@ -440,7 +470,8 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
     return row;
   }
   if (any_ties) {
-    const tools::CheckReport report = check_dense_in_parallel(prob, cmp.scores, options, cmp.fused);
+    const tools::CheckReport report = check_dense_in_parallel(prob.T, prob.ks.data(), prob.ke.data(),
+                                                              cmp.scores.data(), prob.N, options, cmp.fused);
     row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
   } else {
     const std::string diff = first_difference(cmp.fused, cmp.unfused, options.sorted);
@@ -463,6 +494,350 @@ tools::ProblemSpec spec_from(const Args& args, Distribution dist, Layout layout)
 
 bool all_exact(const std::vector<Row>& rows) {
   return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.result == "exact"; });
+}
+
+// ------------------------------------------------------- bench settings ---
+
+// --reps, --warm-l2 and --rest-ms, set for this process; returns reps.
+int timing_settings(const Args& args, Backend backend) {
+  const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
+  set_cold_l2(!args.flag("warm-l2"));
+  const std::int64_t rest = args.get_int("rest-ms", 0);
+  if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
+  if (rest > 0 && backend != Backend::kCuda) throw std::invalid_argument("--rest-ms: rests the GPU (--backend cuda)");
+  set_rest_ms(static_cast<int>(rest));
+  return reps;
+}
+
+GpuCeilings ceilings_for(Backend backend) {
+  if (backend != Backend::kCuda) return {};
+  std::fprintf(stderr, "measuring GPU ceilings (copy and read bandwidth, cuBLASLt FP8 GEMM) ...\n");
+  return measure_gpu_ceilings();
+}
+
+// The ceilings the CUDA rows are judged against and how they were timed.
+void print_timing_notes(const GpuCeilings& ceilings, int reps) {
+  if (ceilings.measured) {
+    std::printf("\n%s\nceilings (this run): copy %.2f TB/s, read %.2f TB/s, FP8 GEMM %.0f TFLOP/s (fast accumulation "
+                "%.0f)\n",
+                ceilings.device.c_str(), ceilings.copy_tb_s, ceilings.read_tb_s, ceilings.fp8_tflops,
+                ceilings.fp8_fast_tflops);
+    if (ceilings.fp8_sustained_tflops > 0) {
+      std::printf("  FP8 GEMM sustained (after 0.3 s of back-to-back GEMMs, at the clock the 700 W cap leaves): "
+                  "%.0f TFLOP/s; %%ceil is of the burst rate above\n",
+                  ceilings.fp8_sustained_tflops);
+    }
+  } else {
+    std::printf("\nceilings not measured: %s\n", ceilings.why_not.c_str());
+  }
+  if (rest_ms() > 0) {
+    std::printf("rest: the GPU idled %d ms before each timed call (--rest-ms): rows ran at a rested card's "
+                "clock\n", rest_ms());
+  }
+  std::printf("timing: CUDA events around each call, median of %d after a warm-up; %s\n", reps,
+              cold_l2() ? "L2 flushed before each call (inputs read from device memory; --warm-l2 keeps them)"
+                        : "L2 warm (--warm-l2: inputs where the previous call left them)");
+}
+
+// --------------------------------------------------------------- decode ---
+//
+// indexer_topk_paged: B requests of next_n query tokens each, every request
+// of a row L keys long (1-D context_lens), each request's keys in cache
+// blocks of its own (tools::make_paged_problem), so a call reads B * L
+// distinct keys.
+
+struct DecodeShape {
+  std::int64_t B = 1;  // requests
+  int next_n = 1;      // query tokens per request
+  std::int64_t L = 1;  // every request's context length
+};
+
+// The decode grid (--grid decode): B x next_n x L, plus 1M-key contexts for
+// the small batches.
+constexpr std::int64_t kDecodeBatches[] = {1, 4, 32, 128, 256};
+constexpr std::int64_t kDecodeNextN[] = {1, 2, 4};
+constexpr std::int64_t kDecodeContexts[] = {8192, 32768, 131072};
+constexpr std::int64_t kLongContext = std::int64_t{1} << 20;
+constexpr std::int64_t kLongContextMaxBatch = 4;
+// check --op decode's shape where --B, --next-n, --L are not given: a few
+// requests whose last blocks are partial.
+constexpr DecodeShape kDecodeCheckShape{3, 2, 5000};
+// The generator draws one problem of all B * L keys, int32-indexed.
+constexpr std::int64_t kMaxDecodeKeys = std::numeric_limits<std::int32_t>::max();
+// The judge's scores are [B * next_n, L] fp32 on the host: rows past 1 GiB
+// of them (twice the grid's largest) are not verified.
+constexpr std::int64_t kMaxJudgedScores = std::int64_t{1} << 28;
+// The CUDA operator's route today (src/decode/decode.cu): the scoring kernel
+// writes a bounded buffer of scores, the standalone top-k selects from it.
+constexpr const char* kDecodeRoute = "unfused";
+// Bytes of one cached key: D FP8 bytes and an fp32 scale.
+constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
+
+struct DecodeSettings {
+  int block_size = 64;
+  int heads = 64;
+  std::uint64_t seed = 1;
+  SelectOptions options;
+  bool values = false;
+  Backend backend = Backend::kCpu;
+  int threads = 0;
+  int reps = 1;
+  bool check = true;
+};
+
+struct DecodeRow {
+  std::string dist, backend, result;
+  DecodeShape shape;
+  int block_size = 64, K = 0, heads = 64;
+  double ms = 0;  // median of the timed calls; 0 = not timed
+
+  // What a call reads: every request's ceil(L / bs) blocks of bs cached
+  // keys, then q and w.
+  double bytes() const {
+    const std::int64_t blocks = (shape.L + block_size - 1) / block_size;
+    const double tokens = static_cast<double>(shape.B) * shape.next_n;
+    return static_cast<double>(shape.B) * blocks * block_size * kCachedKeyBytes +
+           tokens * heads * (kHeadDim + sizeof(float));
+  }
+  double flops() const {
+    return flop_per_pair(heads) * static_cast<double>(shape.B) * shape.next_n * static_cast<double>(shape.L);
+  }
+};
+
+// A decode row against the in-run ceilings: its rate, and the time it would
+// take at each ceiling (0 where not measured).
+struct DecodeBounds {
+  double gb_s = 0, pct_read = 0, hbm_ms = 0, fp8_ms = 0;
+  const char* bound() const { return hbm_ms == 0 && fp8_ms == 0 ? "-" : hbm_ms >= fp8_ms ? "hbm" : "fp8"; }
+};
+
+DecodeBounds decode_bounds(const DecodeRow& r, const GpuCeilings* ceilings) {
+  DecodeBounds b;
+  if (r.ms > 0) b.gb_s = r.bytes() / (r.ms * 1e6);
+  if (!ceilings || !ceilings->measured) return b;
+  if (ceilings->read_tb_s > 0) {
+    b.pct_read = 100.0 * b.gb_s / (ceilings->read_tb_s * 1e3);
+    b.hbm_ms = r.bytes() / (ceilings->read_tb_s * 1e9);
+  }
+  if (ceilings->fp8_tflops > 0) b.fp8_ms = r.flops() / (ceilings->fp8_tflops * 1e9);
+  return b;
+}
+
+std::int64_t int_in(const Args& args, const std::string& name, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t v = args.get_int(name, lo);
+  if (v < lo || v > hi) {
+    throw std::invalid_argument("--" + name + ": expected " + std::to_string(lo) + " to " + std::to_string(hi) +
+                                ", got " + std::to_string(v));
+  }
+  return v;
+}
+
+// Options that belong to one kind of operator: given to another, an error
+// naming the option.
+void reject_foreign_options(const Args& args, const std::string& op) {
+  const bool decode = op == "decode";
+  for (const std::string name : {"B", "next-n", "L", "block-size"}) {
+    if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
+  }
+  for (const std::string name : {"T", "N", "layout", "relative", "baselines", "route"}) {
+    if (decode && args.flag(name)) {
+      throw std::invalid_argument("--" + name + ": not an option of --op decode (its shape: --B, --next-n, --L)");
+    }
+  }
+}
+
+// bench (grid): the decode grid, each of --B, --next-n, --L replacing its
+// axis by one value (all three: one row); check: one shape,
+// kDecodeCheckShape where not given.
+std::vector<DecodeShape> decode_shapes(const Args& args, bool grid) {
+  if (grid && args.flag("grid") && args.get("grid", "") != "decode") {
+    throw std::invalid_argument("--grid: --op decode runs the decode grid, got '" + args.get("grid", "") + "'");
+  }
+  std::vector<std::int64_t> batches(std::begin(kDecodeBatches), std::end(kDecodeBatches));
+  std::vector<std::int64_t> tokens(std::begin(kDecodeNextN), std::end(kDecodeNextN));
+  std::vector<std::int64_t> contexts(std::begin(kDecodeContexts), std::end(kDecodeContexts));
+  if (!grid) {
+    batches = {kDecodeCheckShape.B};
+    tokens = {kDecodeCheckShape.next_n};
+    contexts = {kDecodeCheckShape.L};
+  }
+  if (args.flag("B")) batches = {int_in(args, "B", 1, kMaxDecodeKeys)};
+  if (args.flag("next-n")) tokens = {int_in(args, "next-n", 1, kMaxNextN)};
+  if (args.flag("L")) contexts = {int_in(args, "L", 1, kMaxDecodeKeys)};
+  std::vector<DecodeShape> shapes;
+  for (const std::int64_t B : batches) {
+    for (const std::int64_t next_n : tokens) {
+      std::vector<std::int64_t> lengths = contexts;
+      if (grid && !args.flag("L") && B <= kLongContextMaxBatch) lengths.push_back(kLongContext);
+      for (const std::int64_t L : lengths) {
+        if (B * L > kMaxDecodeKeys) {
+          throw std::invalid_argument("--B, --L: B * L = " + std::to_string(B * L) + " keys, more than " +
+                                      std::to_string(kMaxDecodeKeys));
+        }
+        shapes.push_back({B, static_cast<int>(next_n), L});
+      }
+    }
+  }
+  return shapes;
+}
+
+DecodeSettings decode_settings(const Args& args, Backend backend) {
+  DecodeSettings s;
+  const std::int64_t block_size = args.get_int("block-size", 64);
+  if (std::find(std::begin(kSupportedBlockSizes), std::end(kSupportedBlockSizes), block_size) ==
+      std::end(kSupportedBlockSizes)) {
+    std::vector<std::string> sizes;
+    for (int size : kSupportedBlockSizes) sizes.push_back(std::to_string(size));
+    throw std::invalid_argument("--block-size: expected " + one_of(sizes) + ", got " + std::to_string(block_size));
+  }
+  s.block_size = static_cast<int>(block_size);
+  s.heads = static_cast<int>(args.get_int("heads", 64));
+  s.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+  s.options = parse_options(args);
+  s.values = args.flag("values");
+  s.backend = backend;
+  s.threads = static_cast<int>(args.get_int("threads", 0));
+  return s;
+}
+
+// "exact", "WRONG: ..." or why the row was not verified. The judge is the
+// one checker over the scores paged_scores gives on the row's backend: on
+// kCuda the scoring kernel's, bit-identical to the operator's own (the CPU
+// reference's differ in the last bits: tensor-core accumulation).
+std::string judge_decode(const tools::PagedProblem& prob, const DecodeRow& row, const DecodeSettings& s,
+                         const tools::TopkOutput& out) {
+  if (!s.check) return "not verified";
+  const std::int64_t rows = prob.rows();
+  if (rows * row.shape.L > kMaxJudgedScores) {
+    return "not verified (size: B * next_n * L = " + std::to_string(rows * row.shape.L) + " scores to judge, over " +
+           std::to_string(kMaxJudgedScores) + ")";
+  }
+  std::vector<float> scores;
+  std::int64_t stride = 0;
+  const Status st = paged_scores(prob, s.backend, s.threads, &scores, &stride);
+  if (!st.ok()) return "judging: " + st.to_string();
+  const PagedIndexerTopkParams p = prob.params(nullptr, nullptr, s.options, false);
+  std::vector<std::int32_t> ks(static_cast<std::size_t>(rows), 0), ke(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ke[r] = static_cast<std::int32_t>(reference::paged_row_length(p, r / prob.next_n, static_cast<int>(r % prob.next_n)));
+  }
+  const tools::CheckReport report =
+      check_dense_in_parallel(rows, ks.data(), ke.data(), scores.data(), stride, s.options, out);
+  return report.ok() ? "exact" : "WRONG: " + report.summary();
+}
+
+// One decode row: generate, run (timed), verify; progress on stderr.
+DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const DecodeSettings& s, int index,
+                          int total) {
+  const std::string dist_name(tools::to_string(dist));
+  std::fprintf(stderr, "[%d/%d] decode %s B=%lld next_n=%d L=%lld bs=%d K=%d on %s ...\n", index, total,
+               dist_name.c_str(), static_cast<long long>(shape.B), shape.next_n, static_cast<long long>(shape.L),
+               s.block_size, s.options.k, backend_name(s.backend).c_str());
+  DecodeRow row{dist_name, backend_name(s.backend), "", shape, s.block_size, s.options.k, s.heads};
+  tools::PagedSpec spec;
+  spec.dist = dist;
+  spec.B = shape.B;
+  spec.next_n = shape.next_n;
+  spec.H = s.heads;
+  spec.block_size = s.block_size;
+  spec.context_lens.assign(static_cast<std::size_t>(shape.B), static_cast<std::int32_t>(shape.L));
+  spec.seed = s.seed;
+  tools::PagedProblem prob;
+  try {
+    prob = tools::make_paged_problem(spec);
+  } catch (const std::exception& e) {  // the row fails; the grid goes on
+    row.result = std::string("generating the problem: ") + e.what();
+    return row;
+  }
+  const RunResult r = run_operator(prob, s.options, s.values, s.backend, s.threads, s.reps);
+  if (!r.status.ok()) {
+    row.result = r.status.to_string();
+    return row;
+  }
+  row.ms = r.median_ms();
+  row.result = judge_decode(prob, row, s, r.out);
+  return row;
+}
+
+bool decode_passed(const DecodeRow& r) { return r.result == "exact" || r.result.rfind("not verified", 0) == 0; }
+
+std::string fmt_or_dash(const char* f, double v) { return v > 0 ? fmt(f, v) : "-"; }
+
+void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
+  std::printf("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
+              "bs; ms = median;\nGB/s = bytes / ms, bytes = the requests' cache blocks (ceil(L / bs) * bs * %lld B "
+              "each) + q + w; %%read = of the in-run HBM read\nceiling; hbm ms = bytes at that ceiling; fp8 ms = "
+              "2 * %d * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
+              "route %s: the CUDA operator scores into a bounded buffer, then runs the standalone top-k,\nwhich is our "
+              "unfused pipeline: it is not timed apart\n",
+              static_cast<long long>(kCachedKeyBytes), kHeadDim, kDecodeRoute);
+  std::printf("\n%-14s %-5s %5s %6s %8s %4s %5s %9s %8s %6s %8s %8s %-5s %-8s  result\n", "dist", "back", "B", "next_n",
+              "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms", "bound", "route");
+  for (const DecodeRow& r : rows) {
+    const DecodeBounds b = decode_bounds(r, ceilings);
+    std::printf("%-14s %-5s %5lld %6d %8lld %4d %5d %9s %8s %6s %8s %8s %-5s %-8s  %s\n", r.dist.c_str(),
+                r.backend.c_str(), static_cast<long long>(r.shape.B), r.shape.next_n,
+                static_cast<long long>(r.shape.L), r.block_size, r.K, fmt_or_dash("%.3f", r.ms).c_str(),
+                fmt_or_dash(b.gb_s < 10 ? "%.3f" : "%.0f", b.gb_s).c_str(), fmt_or_dash("%.1f", b.pct_read).c_str(),
+                fmt_or_dash("%.4f", b.hbm_ms).c_str(), fmt_or_dash("%.4f", b.fp8_ms).c_str(), b.bound(),
+                r.backend == "cuda" ? kDecodeRoute : "-", r.result.c_str());
+  }
+}
+
+nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings& ceilings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const DecodeRow& r : rows) {
+    const DecodeBounds b = decode_bounds(r, &ceilings);
+    out.push_back({{"op", "decode"},         {"dist", r.dist},
+                   {"backend", r.backend},   {"B", r.shape.B},
+                   {"next_n", r.shape.next_n}, {"L", r.shape.L},
+                   {"block_size", r.block_size}, {"K", r.K},
+                   {"heads", r.heads},       {"ms", r.ms},
+                   {"bytes", r.bytes()},     {"flops", r.flops()},
+                   {"gb_s", b.gb_s},         {"pct_read_ceiling", b.pct_read},
+                   {"hbm_bound_ms", b.hbm_ms}, {"fp8_bound_ms", b.fp8_ms},
+                   {"bound", b.bound()},     {"route", r.backend == "cuda" ? kDecodeRoute : ""},
+                   {"result", r.result}});
+  }
+  return out;
+}
+
+// bench --op decode: the grid (or the rows --B, --next-n, --L pick), each
+// row timed and verified once.
+int run_decode_bench(const Args& args, Backend backend) {
+  // Everything is checked before the ceilings are measured (seconds on a GPU).
+  const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/true);
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  DecodeSettings s = decode_settings(args, backend);
+  s.reps = timing_settings(args, backend);
+  s.check = !args.flag("no-verify");
+  const GpuCeilings ceilings = ceilings_for(backend);
+  std::vector<DecodeRow> rows;
+  int index = 0;
+  const int total = static_cast<int>(shapes.size() * dists.size());
+  for (Distribution dist : dists) {
+    for (const DecodeShape& shape : shapes) rows.push_back(run_decode_case(shape, dist, s, ++index, total));
+  }
+  if (backend == Backend::kCuda) print_timing_notes(ceilings, s.reps);
+  print_decode_table(rows, &ceilings);
+  if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, decode_json(rows, ceilings));
+  return std::all_of(rows.begin(), rows.end(), decode_passed) ? 0 : 1;
+}
+
+// check --op decode: one shape per distribution, verified.
+int run_decode_check(const Args& args, Backend backend) {
+  const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/false);
+  const auto dists = parse_distributions(args.get("dist", "all"));
+  const DecodeSettings s = decode_settings(args, backend);
+  std::vector<DecodeRow> rows;
+  int index = 0;
+  for (Distribution dist : dists) {
+    for (const DecodeShape& shape : shapes) {
+      rows.push_back(run_decode_case(shape, dist, s, ++index, static_cast<int>(shapes.size() * dists.size())));
+    }
+  }
+  print_decode_table(rows, nullptr);
+  return std::all_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.result == "exact"; }) ? 0 : 1;
 }
 
 }  // namespace
@@ -516,9 +891,11 @@ void Args::expect_only(const std::vector<std::string>& known) const {
 // ------------------------------------------------------------- commands ----
 
 int run_check(const Args& args) {
-  args.expect_only(kCommonOptions);
+  args.expect_only(with(kCommonOptions, kDecodeOptions));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
-  const std::string op = parse_op(args, {"indexer", "topk"});
+  const std::string op = parse_op(args, {"indexer", "topk", "decode"});
+  reject_foreign_options(args, op);
+  if (op == "decode") return run_decode_check(args, backend);
   const SelectOptions options = parse_options(args);
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const auto dists = parse_distributions(args.get("dist", "all"));
@@ -567,11 +944,13 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(
-      with(kCommonOptions, {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms", "route"}));
+  args.expect_only(with(with(kCommonOptions, kDecodeOptions),
+                        {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms", "route"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
+  const std::string op = parse_op(args, {"indexer", "scores", "topk", "decode"});
+  reject_foreign_options(args, op);
+  if (op == "decode") return run_decode_bench(args, backend);
   const std::string grid = args.get("grid", "small");
-  const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const SelectOptions options = parse_options(args);
   std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, N)
@@ -591,18 +970,13 @@ int run_bench(const Args& args) {
   } else {
     throw std::invalid_argument("--grid: expected small, h200 or decode, got '" + grid + "'");
   }
-  // The op, distributions and layout are checked before the ceilings are
+  // The distributions and layout are checked before the ceilings are
   // measured (seconds on a GPU).
   const auto dists = parse_distributions(args.get("dist", "model-like"));
-  const std::string op = parse_op(args, {"indexer", "scores", "topk"});
   const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
   if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
   const Layout layout = layouts.front();
-  set_cold_l2(!args.flag("warm-l2"));
-  const std::int64_t rest = args.get_int("rest-ms", 0);
-  if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
-  if (rest > 0 && backend != Backend::kCuda) throw std::invalid_argument("--rest-ms: rests the GPU (--backend cuda)");
-  set_rest_ms(static_cast<int>(rest));
+  const int reps = timing_settings(args, backend);
   IndexerBenchHooks bench_hooks;
   if (args.flag("route")) {
     if (op != "indexer" || backend != Backend::kCuda) {
@@ -617,11 +991,7 @@ int run_bench(const Args& args) {
       throw std::invalid_argument("--route: expected by-shape, fused or staged, got '" + route + "'");
     }
   }
-  GpuCeilings ceilings;
-  if (backend == Backend::kCuda) {
-    std::fprintf(stderr, "measuring GPU ceilings (copy bandwidth, cuBLASLt FP8 GEMM) ...\n");
-    ceilings = measure_gpu_ceilings();
-  }
+  const GpuCeilings ceilings = ceilings_for(backend);
   std::vector<Row> rows;
   int index = 0;
   const int total = static_cast<int>(shapes.size() * dists.size());
@@ -652,26 +1022,7 @@ int run_bench(const Args& args) {
       }
     }
   }
-  if (backend == Backend::kCuda) {
-    if (ceilings.measured) {
-      std::printf("\n%s\nceilings (this run): copy %.2f TB/s, FP8 GEMM %.0f TFLOP/s (fast accumulation %.0f)\n",
-                  ceilings.device.c_str(), ceilings.copy_tb_s, ceilings.fp8_tflops, ceilings.fp8_fast_tflops);
-      if (ceilings.fp8_sustained_tflops > 0) {
-        std::printf("  FP8 GEMM sustained (after 0.3 s of back-to-back GEMMs, at the clock the 700 W cap leaves): "
-                    "%.0f TFLOP/s; %%ceil is of the burst rate above\n",
-                    ceilings.fp8_sustained_tflops);
-      }
-    } else {
-      std::printf("\nceilings not measured: %s\n", ceilings.why_not.c_str());
-    }
-    if (rest_ms() > 0) {
-      std::printf("rest: the GPU idled %d ms before each timed call (--rest-ms): rows ran at a rested card's "
-                  "clock\n", rest_ms());
-    }
-    std::printf("timing: CUDA events around each call, median of %d after a warm-up; %s\n", reps,
-                cold_l2() ? "L2 flushed before each call (inputs read from device memory; --warm-l2 keeps them)"
-                          : "L2 warm (--warm-l2: inputs where the previous call left them)");
-  }
+  if (backend == Backend::kCuda) print_timing_notes(ceilings, reps);
   print_table(rows, &ceilings);
   if (args.flag("json")) write_json(args.get("json", "bench.json"), rows, ceilings);
   const bool failed = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.result.rfind("WRONG", 0) == 0; });

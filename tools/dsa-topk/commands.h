@@ -37,6 +37,7 @@ struct GpuCeilings {
   std::string device;          // name, SM count, clocks
   std::string why_not;         // when !measured
   double copy_tb_s = 0;             // device-to-device copy, bytes read + written
+  double read_tb_s = 0;             // a read-only stream of device memory (the HBM read ceiling)
   double fp8_tflops = 0;            // cuBLASLt FP8 e4m3 GEMM 8192^3, bf16 out (a burst of 20)
   double fp8_fast_tflops = 0;       // the same with fast accumulation
   double fp8_sustained_tflops = 0;  // fp8_tflops after 0.3 s of back-to-back GEMMs (the cap's clock)

@@ -2,9 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "fused/fused.h"
+#include "reference/cpu_reference.h"
 #include "timing.cuh"
 
 namespace dsa::cli {
@@ -33,8 +36,11 @@ class DeviceBuffer {
   Status upload(const std::vector<T>& host) {
     const std::size_t bytes = host.size() * sizeof(T);
     Status st = alloc(bytes);
-    if (st.ok() && bytes) st = cuda_status(cudaMemcpy(ptr_, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
-    return st;
+    return st.ok() ? write(host.data(), bytes) : st;
+  }
+  // Copies `bytes` from the host into the allocation's start.
+  Status write(const void* host, std::size_t bytes) {
+    return bytes == 0 ? Status::Ok() : cuda_status(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "upload");
   }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
@@ -94,6 +100,28 @@ struct DeviceInputs {
   Status upload(const tools::IndexerProblem& prob) {
     for (Status st : {q.upload(prob.q), k.upload(prob.k), k_scale.upload(prob.k_scale), w.upload(prob.w),
                       ks.upload(prob.ks), ke.upload(prob.ke)}) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  // Room for T rows and N keys of H heads.
+  Status alloc(std::int64_t T, std::int64_t N, int H) {
+    const auto rows = static_cast<std::size_t>(T), keys = static_cast<std::size_t>(N);
+    for (Status st : {q.alloc(rows * H * kHeadDim), k.alloc(keys * kHeadDim), k_scale.alloc(keys * sizeof(float)),
+                      w.alloc(rows * H * sizeof(float)), ks.alloc(rows * sizeof(std::int32_t)),
+                      ke.alloc(rows * sizeof(std::int32_t))}) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  // Copies the host tensors `host` points to (dense key rows, within the
+  // allocated sizes).
+  Status write(const IndexerInputs& host) {
+    const auto rows = static_cast<std::size_t>(host.num_queries), keys = static_cast<std::size_t>(host.num_keys);
+    for (Status st : {q.write(host.q, rows * host.num_heads * host.head_dim), k.write(host.k, keys * host.head_dim),
+                      k_scale.write(host.k_scale, keys * sizeof(float)),
+                      w.write(host.w, rows * host.num_heads * sizeof(float)),
+                      ks.write(host.ks, rows * sizeof(std::int32_t)), ke.write(host.ke, rows * sizeof(std::int32_t))}) {
       if (!st.ok()) return st;
     }
     return Status::Ok();
@@ -177,6 +205,80 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
   p.ks = ks.as<std::int32_t>();
   p.ke = ke.as<std::int32_t>();
   return time_operator(p, &topk_workspace_size, &topk, indices, values, reps, out, ms);
+}
+
+Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceBuffer q, cache, table, lens, w, indices, values;
+  for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
+                    lens.upload(prob.context_lens), w.upload(prob.w),
+                    prepare_outputs(prob.rows(), options, want_values, indices, values, out)}) {
+    if (!st.ok()) return st;
+  }
+  PagedIndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options, false);
+  p.q = q.as<std::uint8_t>();
+  p.kv_cache = cache.as<std::uint8_t>();
+  p.block_table = table.as<std::int32_t>();
+  p.context_lens = lens.as<std::int32_t>();
+  p.w = w.as<float>();
+  return time_operator(p, &indexer_topk_paged_workspace_size, &indexer_topk_paged, indices, values, reps, out, ms);
+}
+
+Status paged_scores(const tools::PagedProblem& prob, Backend backend, int threads, std::vector<float>* scores,
+                    std::int64_t* stride) {
+  const PagedIndexerTopkParams paged = prob.params(nullptr, nullptr, SelectOptions{}, false);
+  const int n = prob.next_n;
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < prob.B; ++b) longest = std::max(longest, reference::paged_request_length(paged, b));
+  *stride = std::max<std::int64_t>(longest, 1);
+  const std::size_t q_bytes = static_cast<std::size_t>(n) * prob.H * prob.D;
+  const std::size_t w_elems = static_cast<std::size_t>(n) * prob.H;
+  const std::size_t score_elems = static_cast<std::size_t>(n * *stride);
+  scores->assign(static_cast<std::size_t>(prob.B) * score_elems, -std::numeric_limits<float>::infinity());
+
+  // One request's inputs on the host; on kCuda also their device copies,
+  // which the call reads and writes instead.
+  std::vector<std::uint8_t> k(static_cast<std::size_t>(longest) * prob.D);
+  std::vector<float> k_scale(static_cast<std::size_t>(longest));
+  std::vector<std::int32_t> ks(n, 0), ke(n);
+  const bool cuda = backend == Backend::kCuda;
+  DeviceInputs device;
+  DeviceBuffer device_scores;
+  if (cuda) {
+    for (Status st : {device.alloc(n, longest, prob.H), device_scores.alloc(score_elems * sizeof(float))}) {
+      if (!st.ok()) return st;
+    }
+  }
+  ExecutionContext ctx;
+  ctx.backend = backend;
+  ctx.num_threads = threads;
+  for (std::int64_t b = 0; b < prob.B; ++b) {
+    const std::int64_t len = reference::paged_request_length(paged, b);
+    if (len == 0) continue;  // its rows have no positions
+    reference::gather_paged_keys(paged, b, len, k.data(), k_scale.data());
+    for (int j = 0; j < n; ++j) ke[j] = static_cast<std::int32_t>(reference::paged_row_length(paged, b, j));
+    IndexerScoresParams p;
+    static_cast<IndexerInputs&>(p) = {.q = prob.q.data() + b * q_bytes, .k = k.data(), .k_scale = k_scale.data(),
+                                      .w = prob.w.data() + b * w_elems, .ks = ks.data(), .ke = ke.data(),
+                                      .num_queries = n, .num_keys = len, .num_heads = prob.H, .head_dim = prob.D,
+                                      .k_row_stride = prob.D};
+    p.scores = scores->data() + b * score_elems;
+    p.score_stride = *stride;
+    p.fill_outside = true;  // a shorter row's columns [len(b, j), len) read as -inf
+    float* host_scores = p.scores;
+    if (cuda) {
+      if (Status st = device.write(p); !st.ok()) return st;
+      static_cast<IndexerInputs&>(p) = device.bind(p);
+      p.scores = device_scores.as<float>();
+    }
+    if (Status st = indexer_scores(p, ctx); !st.ok()) return st;
+    if (cuda) {
+      const std::size_t pitch = static_cast<std::size_t>(*stride) * sizeof(float);
+      DSA_CUDA_TRY(cudaMemcpy2D(host_scores, pitch, p.scores, pitch, len * sizeof(float), n, cudaMemcpyDeviceToHost),
+                   "download the judge's scores");
+    }
+  }
+  return Status::Ok();
 }
 
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,

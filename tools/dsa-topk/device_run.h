@@ -6,6 +6,7 @@
 
 #include "dsa_topk/dsa_topk.h"
 #include "fused/fused.h"
+#include "tools/paged.h"
 #include "tools/problem.h"
 
 namespace dsa::cli {
@@ -14,6 +15,18 @@ Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& opt
                      tools::TopkOutput* out, std::vector<double>* ms);
 Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
+// indexer_topk_paged (positions, not physical slots).
+Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms);
+
+// The judge's scores of a paged problem: request by request, its keys
+// gathered from the cache in position order and scored by indexer_scores on
+// `backend` (kCuda: the scoring kernel, whose arithmetic the paged operator
+// shares, so the scores are bit-identical to its values). *scores is
+// [rows, *stride] with *stride = the longest request; row r = b * next_n + j
+// holds score(r, p) at column p for p in [0, len(b, j)), -inf elsewhere.
+Status paged_scores(const tools::PagedProblem& prob, Backend backend, int threads, std::vector<float>* scores,
+                    std::int64_t* stride);
 
 // The fused indexer top-k beside our unfused pipeline, on the same device
 // inputs in one run, each timed `reps` times after a warm-up, call by call

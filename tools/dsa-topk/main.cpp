@@ -21,16 +21,24 @@ commands:
 
 common options:
   --backend cpu|cuda        (default cpu)
-  --op indexer|topk|scores  operator (default indexer; scores: the scoring kernel, bench only)
+  --op indexer|topk|scores|decode
+                            operator (default indexer; scores: the scoring kernel, bench only;
+                            decode: indexer_topk_paged over a paged cache)
   --dist NAME[,NAME]|all    model-like, ties, dead-relu, mixed-sign, shifted, small-integer
   --layout NAME|all         causal-suffix, varlen-batch, context-parallel, boundary, full
   --T N --N N --K K --heads H --seed S --threads N
   --deterministic           ties go to the smallest index
   --relative                indices relative to ks
   --sorted --values
+decode options (--op decode; not --T --N --layout --relative):
+  --B N --next-n N --L N    requests, query tokens each (1-8), every request's context length;
+                            check: one shape (default 3 x 2 x 5000); bench: each replaces its
+                            axis of the decode grid (all three: one row)
+  --block-size 16|32|64|128 cache block size (default 64)
 bench options:
   --grid small|h200|decode  shape grid (h200: the grid of shared/h200.md; decode: 1-128
-                            rows of 32K-1M keys)
+                            rows of 32K-1M keys; with --op decode, the default and only grid:
+                            B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4)
   --T N --N N               instead of a grid: one shape (--layout: one layout)
   --reps N                  timed repetitions (median reported)
   --json FILE               also write the results as JSON
@@ -49,6 +57,9 @@ bench options:
    unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's
    math-only control and the exposed selection time; the fused result is
    verified against the unfused one)
+  (--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the
+   times at that ceiling and at the FP8 GEMM rate; verified by the one checker against the
+   backend's own scores of each request, unless over 2^28 scores)
 replay options:
   --out FILE                write indices (and values with --values)
   --verify                  check the result exactly against the CPU reference scores
