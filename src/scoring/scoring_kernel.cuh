@@ -102,7 +102,7 @@ struct ContiguousKeys {
   __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const { return t0; }
   __device__ __forceinline__ Unit unit(std::int64_t) const { return {}; }
   __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
-                                            const CUtensorMap* scale_map, Unit, std::int32_t key0,
+                                            const CUtensorMap* scale_map, Unit&, std::int32_t key0,
                                             std::uint64_t* full) const {
     sm90::tma_load_2d(keys, k_map, 0, key0, full);
     sm90::tma_load_1d(scale, scale_map, key0, full);
@@ -145,11 +145,44 @@ struct PagedKeys {
   __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const {
     return (t0 >> request_shift) * next_n + (t0 & ((1 << request_shift) - 1));
   }
+  // The table entries in flight: one load's latency (~0.3 us from L2) a
+  // tile, serialised in the one producer thread, would bound a CTA at ~0.3 us
+  // a 64-key tile (about the cache-read time of a tile at the HBM ceiling on
+  // 132 SMs is 0.25 us), so a unit reads kEntries consecutive entries at once.
+  static constexpr int kEntries = 8;
   struct Unit {
-    std::int32_t request;  // of the launch (one register: the producer's are few)
+    std::int32_t request;  // of the launch
+    std::int32_t first;    // the first entry held (entries from first + kEntries on: not held)
+    // block_table[request, first + i] (num_blocks past the width), as scalars:
+    // an array here was placed in local memory.
+    std::int32_t e0, e1, e2, e3, e4, e5, e6, e7;
   };
   __device__ __forceinline__ Unit unit(std::int64_t t0) const {
-    return {static_cast<std::int32_t>(t0 >> request_shift)};
+    Unit at{};
+    at.request = static_cast<std::int32_t>(t0 >> request_shift);
+    at.first = -kEntries;
+    return at;
+  }
+  // Entry e of the unit's request, from the held ones (refilled when e is not
+  // among them: kEntries independent loads, one latency).
+  __device__ __forceinline__ std::int32_t table_entry(Unit& at, std::int32_t e) const {
+    if (e < at.first || e >= at.first + kEntries) {
+      at.first = e;
+      const std::int32_t* row = block_table + static_cast<std::int64_t>(at.request) * table_stride + e;
+      const auto load = [&](int i) { return e + i < table_width ? __ldg(row + i) : num_blocks; };
+      at.e0 = load(0);
+      at.e1 = load(1);
+      at.e2 = load(2);
+      at.e3 = load(3);
+      at.e4 = load(4);
+      at.e5 = load(5);
+      at.e6 = load(6);
+      at.e7 = load(7);
+    }
+    const std::int32_t i = e - at.first;
+    const std::int32_t lo = i < 2 ? (i == 0 ? at.e0 : at.e1) : (i == 2 ? at.e2 : at.e3);
+    const std::int32_t hi = i < 6 ? (i == 4 ? at.e4 : at.e5) : (i == 6 ? at.e6 : at.e7);
+    return i < 4 ? lo : hi;
   }
   // One box per block the tile touches (kTileKeys / box_rows of them). An
   // entry outside [0, num_blocks), or past the table's width (only
@@ -157,15 +190,17 @@ struct PagedKeys {
   // as the block index num_blocks for the keys (out of the map: zeros) and
   // block 0 for the scales (a launch with rows to score has a block).
   __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
-                                            const CUtensorMap* scale_map, Unit at, std::int32_t key0,
+                                            const CUtensorMap* scale_map, Unit& at, std::int32_t key0,
                                             std::uint64_t* full) const {
     const std::int32_t box = min(1 << block_shift, kTileKeys);
     const std::int32_t mask = (1 << block_shift) - 1;
-    for (std::int32_t row = 0; row < kTileKeys; row += box) {
+#pragma unroll
+    for (int sub = 0; sub < kTileKeys / 16; ++sub) {  // a box of >= 16 keys (block sizes 16-128)
+      const std::int32_t row = sub * box;
+      if (row >= kTileKeys) break;
       const std::int32_t p = key0 + row;
       const std::int32_t entry = p >> block_shift;
-      std::int32_t block =
-          entry < table_width ? __ldg(block_table + static_cast<std::int64_t>(at.request) * table_stride + entry) : num_blocks;
+      const std::int32_t block = table_entry(at, entry);
       const bool inside = block >= 0 && block < num_blocks;
       sm90::tma_load_3d(keys + row * kHeadDim, k_map, 0, p & mask, inside ? block : num_blocks, full);
       sm90::bulk_load(scale + row,
@@ -257,7 +292,7 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
     sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kCols * kHeadDim);
     sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(source.q_row(unit.t0) * heads),
                       &smem.q_full[slot]);
-    const typename Keys::Unit at = source.unit(unit.t0);
+    typename Keys::Unit at = source.unit(unit.t0);
     for (int i = 0; i < unit.tiles; ++i) {
       const std::int32_t key0 = unit.key_begin + i * kTileKeys;
       smem.pipeline.producer_acquire(st);
