@@ -235,11 +235,12 @@ def check_selection_shape(indices: torch.Tensor, ks: torch.Tensor, ke: torch.Ten
 
 def check_topk_against_reference(p: Problem, indices: torch.Tensor, K: int, relative: bool = False):
     """The selected set is a true top-K of the reference up to the scoring
-    tolerance: sorted descending, the reference scores of the selection and
-    the reference's own top-K scores differ by at most twice the per-entry
-    tolerance (each side of the selection may be off by one tolerance), and
-    the selection never beats the true top-K. Ties are free everywhere this
-    allows, in particular at the K-th score."""
+    tolerance: sorted descending, each reference score of the selection is at
+    most twice the per-entry tolerance below the reference's own top-K score
+    of the same rank (each side may be off by one tolerance). The other
+    direction needs no check: a sorted subset of a row never exceeds the
+    row's sorted top K rank by rank. Ties are free everywhere this allows, in
+    particular at the K-th score."""
     idx, valid = check_selection_shape(indices, p.ks, p.ke, K, relative)
     for t0, t1 in row_blocks(p.T):
         ref = reference_scores(p, t0, t1)
@@ -252,9 +253,7 @@ def check_topk_against_reference(p: Problem, indices: torch.Tensor, K: int, rela
         chosen = ref.gather(1, idx[t0:t1].clamp(min=0)).masked_fill(~v, float("-inf"))
         chosen = chosen.sort(dim=1, descending=True).values
         slots = torch.arange(K, device=ref.device) < v.sum(dim=1, keepdim=True)
-        over = (chosen > best) & slots
         under = (chosen < best - 2 * tol) & slots
-        assert not bool(over.any()), f"{p.name}: selection beats the reference top-K"
         if bool(under.any()):
             row = int(under.any(dim=1).nonzero()[0]) + t0
             raise AssertionError(f"{p.name}: row {row} selected a score below the top-K beyond the tolerance")
