@@ -261,8 +261,10 @@ Status merge_topk(const MergeTopkParams& params, const ExecutionContext& ctx);
 // ---------------------------------------------------------- validation -----
 //
 // The checks the operators run first, exposed so callers (and tests) can
-// validate without running. For Backend::kCuda the per-row range rules read
-// ks/ke from device memory with a synchronous copy; see docs/design.md.
+// validate without running. For Backend::kCuda the per-row rules read their
+// data from device memory with a synchronous copy: ks/ke, the paged
+// operator's context_lens and used block-table entries, merge_topk's
+// indices (docs/contract.md, "Bad input").
 Status validate(const IndexerTopkParams& params, Backend backend);
 Status validate(const IndexerScoresParams& params, Backend backend);
 Status validate(const TopkParams& params, Backend backend);
