@@ -25,12 +25,12 @@ namespace {
 // scored batch by batch into at most this many bytes (at least one row).
 // Each batch pays a scoring tail and a partial last wave of the top-k:
 // 512 MB measured 1.2-2.1 % faster than 256 MB at 4096 x 32K and 64K (one
-// batch instead of two, two instead of four; docs/perf-log.md "Session 23").
+// batch instead of two, two instead of four; docs/perf-log.md, F22, F27).
 constexpr std::size_t kRepairBytes = std::size_t{512} << 20;
 // staged_by_shape's "every row fits one batch" past kStagedMaxKeys keys
-// is measured against this size (the fused route won at 4096 x 256K,
-// session 17; rows that fit 256 MB took the staged route, session 7), not
-// the buffer's.
+// is measured against this size, not the buffer's: the staged route
+// measures faster for rows whose scores fit 256 MB (docs/perf-log.md, F18)
+// and slower at 4096 x 256K (F20).
 constexpr std::size_t kSingleBatchRouteBytes = std::size_t{256} << 20;
 
 Status cuda_error(cudaError_t err, const char* what) {

@@ -38,21 +38,19 @@ enum class FusedPath : std::uint32_t {
 };
 
 // Up to this many keys (num_keys) the operator takes the staged route. The
-// unfused pipeline measured faster than the fused stages up to 32K (4096 x
+// unfused pipeline measures faster than the fused stages up to 32K (4096 x
 // 8K 0.553 against 0.858 ms, 16K 1.149 against 1.416, 32K 2.414 against
-// 2.508) and slower from 64K (4.855 against 4.662): docs/perf-log.md,
-// "Session 5". With session 16's top-k the staged route beat the fused one
-// at 4096 x 64K (4.17 against 4.53 ms) and 128K (8.68-8.89 against 8.96):
-// "Session 16". At 4096 x 256K the fused route measured faster (staged
-// 1.045x its time, "Session 17"), so longer rows keep the fused route.
+// 2.508; docs/perf-log.md, F17), and so does the staged route at 4096 x 64K
+// (4.17 against 4.53 ms) and 128K (8.68-8.89 against 8.96; F19). At 4096 x
+// 256K the fused route is faster (staged 1.045x its time, F20), so longer
+// rows keep the fused route.
 inline constexpr std::int64_t kStagedMaxKeys = 131072;
 
 // The route FusedHooks::Route::kByShape takes: staged when num_keys <=
-// kStagedMaxKeys, or when every row's scores fit 256 MB (one batch of the
-// staged buffer, 512 MB since session 23: one scoring launch and one top-k
-// launch). With the top-k
-// of session 6 the unfused pipeline beat the fused stages there too
-// (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161).
+// kStagedMaxKeys, or when every row's scores fit 256 MB (one scoring launch
+// and one top-k launch): there the unfused pipeline beats the fused stages
+// too (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161;
+// docs/perf-log.md, F18).
 bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys);
 
 struct FusedRowTrace {

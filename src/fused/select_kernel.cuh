@@ -33,7 +33,7 @@ inline constexpr int kSelectThreadsWide = K / 2 < 1024 ? K / 2 : 1024;
 // with a standard deviation of ~N sqrt(j) / S = 0.15 K: 2.25 K covers it by
 // ~4.8 sigma (1.5 K left half the rows in the workspace; staging them bought
 // only 210 -> 204 us at T = 4096: the stage is bound by its instructions per
-// candidate and pass, docs/perf-log.md). Shared memory stays small enough
+// candidate and pass, docs/perf-log.md, F10). Shared memory stays small enough
 // for four rows per SM; the emitted order keys share their space with the
 // sort.
 template <int K, int Threads>

@@ -20,7 +20,7 @@
 // (tools/micro/epilogue_vs_wgmma); but the integer pipe runs at half rate
 // and slows 2x beside the products, so more integer relus make the
 // epilogue the warpgroup's critical path: all of them measured 1.197x,
-// half 1.013x, a quarter and an eighth 0.99x (docs/perf-log.md "Session 19").
+// half 1.013x, a quarter and an eighth 0.99x (docs/perf-log.md, S8, S24-S26).
 #pragma once
 
 #include <cstdint>

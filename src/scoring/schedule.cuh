@@ -102,7 +102,7 @@ struct RunStart {
 // warp. Every thread of the block calls it; returns {inclusive, block total}.
 // Written here rather than cub::BlockScan<std::int64_t, 384>: with cub's
 // scan the fused kernel's candidate-sink instantiations spill 8 bytes
-// (session 8), and spills are build errors.
+// (docs/perf-log.md, S12), and spills are build errors.
 template <int kThreads>
 __device__ __forceinline__ void block_inclusive_sum(std::int64_t v, std::int64_t* warp_sums, std::int64_t* inclusive,
                                                     std::int64_t* total) {

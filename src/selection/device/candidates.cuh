@@ -70,7 +70,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
   constexpr std::int32_t kRound = Threads * Groups;  // 16-byte groups per round
   // One round from group `base`. Full rounds (every load present) take no
   // predicate and no NaN fill (the predicated form spent ~30 instructions a
-  // round on them at Groups = 6, docs/perf-log.md "Session 11"); only the
+  // round on them at Groups = 6, docs/perf-log.md, T36); only the
   // last round can be partial.
   const auto round = [&](std::int32_t base, auto full) {
     constexpr bool kFull = decltype(full)::value;
@@ -121,7 +121,7 @@ __device__ __forceinline__ void for_each_row_batch(const float* row, std::int32_
 // in both), else on keys (tau <= key(-inf): NaN and -inf pass).
 // kAbsentFails: a Batch's absent elements (kAbsentBits, a NaN) fail both tests,
 // so the filter needs no presence test (~3 of ~9 instructions an element in
-// the SASS, docs/perf-log.md "Session 10").
+// the SASS, docs/perf-log.md, T29).
 struct FloatThreshold {
   static constexpr bool kAbsentFails = true;
   float tau;

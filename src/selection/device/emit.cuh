@@ -22,7 +22,7 @@ namespace dsa::selection::device {
 // kResolveCapacity keys (two a lane). 2048 bins over the ~2^24 keys of a
 // sampled row's candidates leave that bin a handful of keys on model-like
 // rows; 1024 measured the same and 4096 1.4 % slower at 4096 x 32K
-// (docs/perf-log.md "Session 17").
+// (docs/perf-log.md, T92, T93).
 inline constexpr int kWindowBinBits = 11;
 inline constexpr int kWindowBins = 1 << kWindowBinBits;
 inline constexpr int kResolveCapacity = 2 * kWarpSize;
@@ -287,7 +287,7 @@ __device__ void emit_whole_row(std::uint64_t* out, const float* row, std::int32_
 
 // write_row's most common case (unsorted, any ties, no values) in a select
 // per slot and no branch: write_row's general slot costs ~20 instructions
-// (docs/perf-log.md "Session 10"). Kept apart from write_row: inlined there,
+// (docs/perf-log.md, T25). Kept apart from write_row: inlined there,
 // the sampled kernel spills at 64 registers.
 template <int K, int Threads>
 __device__ void write_indices(const std::uint64_t* out, std::int32_t* indices, std::int32_t offset) {

@@ -238,11 +238,11 @@ __device__ BinPick pick_owned_bin(std::uint32_t* histogram, typename Scan::TempS
 // pick_owned_bin with the bins owned by warps in stripes: warp w owns bins
 // [w * 32 * kRows, (w + 1) * 32 * kRows), lane l the bins w * 32 * kRows +
 // 32 * j + l (j < kRows), so every read and re-zeroing of the histogram is
-// one wavefront a warp (a thread's kOwned consecutive bins took two
+// one wavefront a warp (a thread's kOwned consecutive bins take two
 // 16-byte loads and stores at a 32-byte stride: 8 wavefronts each, and the
 // block scan 8 more). The resident top-k's passes use it (16K -4 %); the
 // sampled top-k's threshold keeps pick_owned_bin, where this one measured
-// 2-3 % slower (docs/perf-log.md "Session 13"). A row's sums come from a
+// 2-3 % slower (docs/perf-log.md, T52, T54). A row's sums come from a
 // warp reduction, the warps' sums meet in warp_sums (one barrier), and
 // every warp finds the owning warp from them; that warp finds the row (its
 // sums, in registers) and the lane (a shuffle scan of the row), and
@@ -333,7 +333,7 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
     for_each_key([&](std::uint32_t key, bool present) {
       // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than merging
       // a warp's same-bin lanes with __match_any_sync first, on every
-      // distribution measured (docs/perf-log.md, sessions 6, 7 and 15).
+      // distribution measured (docs/perf-log.md, T15, T18, T76).
       if (present && (key & fixed) == prefix) atomicAdd(&sh.histogram[(key >> shift) & kDigitMask], 1u);
     });
     __syncthreads();

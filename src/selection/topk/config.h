@@ -22,10 +22,9 @@ namespace dsa::selection::topk {
 // __launch_bounds__ (the shared plan fits it), kCandidateCapacity entries
 // of the key > tau buffer, kMaxSamples of the threshold's sample buffer.
 // 512 threads and 2 CTAs per SM: long rows stream better with more threads
-// per row (docs/perf-log.md "GPU top-k v2": 64 x 128K took 0.085 ms with
-// 256 threads, 0.060 with 512); e = 16 at 1M needs 8192 candidates (4-sigma
-// ~7.2K at K = 2048) and up to 8192 samples. Its 256-thread geometry for
-// rows up to 16K was retired when the resident kernel took those rows.
+// per row (docs/perf-log.md, T6: 64 x 128K took 0.085 ms with 256
+// threads, 0.060 with 512); e = 16 at 1M needs 8192 candidates (4-sigma
+// ~7.2K at K = 2048) and up to 8192 samples.
 struct LongRows {
   static constexpr int kThreads = 512;
   static constexpr int kMinCtasPerSm = 2;
@@ -33,9 +32,9 @@ struct LongRows {
   // 4 * kLoadUnroll elements share one warp-aggregated append). A row's
   // fixed phases (threshold, select, write-out) leave one CTA of an SM
   // streaming at a time, so its loads in flight bound the read rate. 8 (a
-  // batch's 32 mask bits) compiles without spills for every K since the
+  // batch's 32 mask bits) compiles without spills for every K with the
   // one-compare filter; against 6: 64K -3.0 %, 128K -2.6 %, 32K -1.6 %
-  // (docs/perf-log.md "Session 11").
+  // (docs/perf-log.md, T37).
   static constexpr int kLoadUnroll = 8;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
@@ -47,8 +46,8 @@ struct LongRows {
 // with the bin excess below). A CTA takes ~58 KB of shared memory where
 // LongRows takes ~91 KB, so 2 CTAs leave the SM ~124 KB of L1 instead of
 // ~60: the filter's re-read of each candidate hits L1 more often (19 %
-// of L1 hits at 32K in LongRows; loads that skip L1 measured 29 % slower).
-// Against LongRows: 32K -4 to -8 %, 64K -1 % (docs/perf-log.md "Session 15").
+// of L1 hits at 32K in LongRows; loads that skip L1 measured 29 % slower,
+// T79). Against LongRows: 32K -4 to -8 %, 64K -1 % (docs/perf-log.md, T80).
 struct LongRows64K {
   static constexpr int kThreads = 512;
   static constexpr int kMinCtasPerSm = 2;
@@ -69,8 +68,8 @@ struct WideRows {
   // 6 (the most that compiles without spills: 7 and 8 spill 8 bytes) against
   // 4, timed with L2 flushed: 64 x 128K 0.956-0.969 on model-like, ties and
   // shifted rows, 32 x 128K (split in 4) 0.946, launches of 1-8 rows, 128 x
-  // 128K and 4 x 1M unchanged (docs/perf-log.md "Session 22"; session 11's
-  // warm A/B could not tell, its rounds spread 5-18 %).
+  // 128K and 4 x 1M unchanged (docs/perf-log.md, T115; an A/B with warm L2
+  // could not tell, its rounds spread 5-18 %, T38).
   static constexpr int kLoadUnroll = 6;
   static constexpr int kCandidateCapacity = 8192;
   static constexpr int kMaxSamples = 8192;
@@ -185,11 +184,11 @@ struct Config {
 // warp reduction per row of 32 bins), so more bins cost every pass, and
 // fewer make the first pass's bins wider (more keys in the second pass's
 // window). 11 bits at 16K (4 bin rows a lane), where 12 bits (8 rows)
-// measured 2.8-7.0 % slower (docs/perf-log.md "Session 13"). At 8K, 10
+// measured 2.8-7.0 % slower (docs/perf-log.md, T53). At 8K, 10
 // bits in every pass (4 rows a lane) measured model-like rows 1.1 %
-// faster and tie-cut rows 7 % slower (a fourth pass); a 10-bit first pass
-// and 11-bit later passes keep 3 passes: ties / dead-relu / shifted rows
-// 2.2-3.5 % faster, model-like unchanged (docs/perf-log.md "Session 14").
+// faster and tie-cut rows 7 % slower (a fourth pass, T58); a 10-bit first
+// pass and 11-bit later passes keep 3 passes: ties / dead-relu / shifted
+// rows 2.2-3.5 % faster, model-like unchanged (docs/perf-log.md, T60).
 struct ResidentRows8K {
   static constexpr int kThreads = 256;
   static constexpr int kMinCtasPerSm = 4;

@@ -10,7 +10,7 @@ namespace dsa::selection::topk {
 // The sampled kernel's CTAs prefetch the start of their rows into L2 (the
 // filter then reads it from there, after the samples and the threshold):
 // the rows in flight share a third of L2. Measured on the H200 (60 MiB L2,
-// docs/perf-log.md "Session 16"): fixed budgets of 16 and 32 MB sped 4096 x
+// docs/perf-log.md, T83-T87): fixed budgets of 16 and 32 MB sped 4096 x
 // 32K / 64K / 128K by 3-6 %, 64 MB lost 10-16 % at 64K-128K (lines evicted
 // before their CTA read them).
 inline constexpr int kPrefetchShareOfL2 = 3;
@@ -27,13 +27,13 @@ constexpr std::uint32_t row_prefetch_bytes(std::int64_t num_rows, std::int64_t c
 }
 
 // Which launches split their rows (measured on the H200 against one
-// 1024-thread CTA a row, L2 flushed before each call, docs/perf-log.md
-// "Session 22"): rows longer than kMinSplitRow keys, in parts of at least
+// 1024-thread CTA a row, L2 flushed before each call, docs/perf-log.md,
+// T112): rows longer than kMinSplitRow keys, in parts of at least
 // kMinSplitPart keys. With the counts and candidates pushed to their
-// readers the unsplit rows took 1.07-1.28x the time of split ones at 1-24
+// readers the unsplit rows take 1.07-1.28x the time of split ones at 1-24
 // x 128K (shifted 1.40x), 1.07x at 1 x 100K, 1.13-1.17x at 40-64 x 256K
-// and 64 x 1M, 3.1-3.9x at 4 x 1M; 16 x 32K in two parts was 1.17x slower
-// (session 21).
+// and 64 x 1M, 3.1-3.9x at 4 x 1M; 16 x 32K in two parts is 1.17x slower
+// (T107).
 inline constexpr std::int64_t kMinSplitRow = 65536;
 inline constexpr std::int64_t kMinSplitPart = 32768;
 // ... but a launch of more rows than the device holds clusters of 4 CTAs
@@ -72,7 +72,7 @@ constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, c
 // (TopkHooks::after_producer) is launched so: num_rows rows of a kernel the
 // device holds ctas_on_device CTAs of at once. Not when the resident kernel
 // has fewer rows than that. Measured on the H200 in the operator's staged
-// route against ordinary launches (docs/perf-log.md "Session 25"): 64 / 132
+// route against ordinary launches (docs/perf-log.md, F34, F35): 64 / 132
 // / 264 x 8K sorted took 1.68 / 1.57 / 1.25x the time (default options
 // 1.02-1.07x), 64 x 16K 1.03-1.24x, and 64 sorted 8K rows took about as
 // long as 528 (a full launch), as if the early CTAs sat several to an SM

@@ -44,8 +44,8 @@ inline constexpr std::uint32_t kPadKey = 0;
 // with no order keys and no write-out; wrote_output() then says so. For
 // unsorted, any-tie, index-only calls without a trace (the operator's usual
 // call). Rows with a tie cut still go through out[]: their direct tie
-// stores measured 7 % slower at 4096 x 8K dead-relu (docs/perf-log.md
-// "Session 11").
+// stores measured 7 % slower at 4096 x 8K dead-relu (docs/perf-log.md,
+// T30, T31).
 template <int K, class R, bool kDirect>
 class ResidentRow {
  public:
@@ -102,7 +102,7 @@ class ResidentRow {
     };
     // The second pass outside the loop of later ones (model-like rows
     // usually stop after it): 16K model-like 0.9 % faster than one loop
-    // for both, 8K tie-cut rows 1.5 % slower (docs/perf-log.md "Session 14").
+    // for both, 8K tie-cut rows 1.5 % slower (docs/perf-log.md, T67).
     if (!whole() && shift != 0) narrow();
     while (!whole() && shift != 0) narrow();
     if (whole()) {
@@ -151,14 +151,14 @@ class ResidentRow {
   // Step 1: the row's keys into sh.keys and the first pass's histogram:
   // each key counts in its bin of first_window() (the key's top bits,
   // ~key >> (32 - kFirstBinBits) once folded), which is one shift and a mask
-  // beside its atomic, where the row's least and greatest key (the window
-  // the passes used before) took two min/max and a block reduction, and
-  // a pass over the row after it. The padding is not counted. One round of
-  // 16-byte loads covers kMaxLen; the histogram is zeroed (bins tid +
+  // beside its atomic, where a window from the row's least and greatest
+  // key takes two min/max and a block reduction, and a pass over the row
+  // after it (docs/perf-log.md, T43). The padding is not counted. One round
+  // of 16-byte loads covers kMaxLen; the histogram is zeroed (bins tid +
   // kThreads * b: one wavefront a store, where kBinsPerThread consecutive
-  // bins a thread took 4 at 16K and 8 at 8K; 8K -0.2 to -0.8 %, 16K no
-  // change, docs/perf-log.md "Session 14") and a barrier passed while they
-  // are in flight. Ends with a barrier.
+  // bins a thread take 4 wavefronts at 16K and 8 at 8K; 8K -0.2 to -0.8 %,
+  // 16K no change, T66) and a barrier passed while they are in flight. Ends
+  // with a barrier.
   __device__ void load() {
     static_assert(R::kThreads * R::kLoadGroups * kVec == R::kMaxLen, "one round of loads covers a row");
     const std::int32_t head_len = min(len_, (kVec - misalign_) % kVec);  // positions before the aligned body
@@ -278,13 +278,13 @@ class ResidentRow {
   // the histogram for the next pass. Every key takes a plain atomic (an
   // add of 1 compiles to ATOMS.POPC.INC). Merging a warp's same-bin lanes
   // first (shuffle, vote, __match_any_sync) measured slower on every
-  // distribution, tie-heavy rows included (docs/perf-log.md, "Session 6").
+  // distribution, tie-heavy rows included (docs/perf-log.md, T15).
   // w is tiled and at most 2^22 keys wide (one bin of the first pass):
   // no key is tested, those outside the window count in the spare bin
   // kBins; the padding (kPadKey) too, unless the window reaches down to it,
   // and then thread 0 takes its count back out: ~5 instructions a key,
-  // where a test and a branch per key took ~11 (docs/perf-log.md "Session
-  // 10"). Needs the histogram zero and the keys visible at entry; ends with
+  // where a test and a branch per key take ~11 (docs/perf-log.md, T26).
+  // Needs the histogram zero and the keys visible at entry; ends with
   // a barrier, every thread gets the pick.
   __device__ typename Cfg::BinPick pick_bin(const KeyWindow& w, std::uint32_t rank) {
     std::uint32_t* const histogram = sh_.work.histogram;
@@ -353,7 +353,7 @@ class ResidentRow {
   // (device::warp_count_scan, warp_claim); each lane then stores only its
   // taken keys, walking the mask's set bits (a taken key a loop turn, where
   // rounds of two groups stored every key under a predicate: 8K -6 to -8 %,
-  // 16K -5 to -14 %, docs/perf-log.md "Session 12"). Visits the keys
+  // 16K -5 to -14 %, docs/perf-log.md, T44, T45). Visits the keys
   // for_each_group does. No barrier.
   template <bool kCapped, bool kToOutput = false, class Select>
   __device__ void append_where(const Select& select, std::uint32_t* counter, std::uint32_t first = 0,
@@ -395,7 +395,7 @@ class ResidentRow {
   // kDirect: the whole-bin emission's indices (pos + offset) by slot, in
   // out[]'s storage (a lane's taken keys go to consecutive slots, so stores
   // straight to global memory scatter a warp's store over its whole claim:
-  // 8K model-like measured 30 % slower that way, docs/perf-log.md "Session 12").
+  // 8K model-like measured 30 % slower that way, docs/perf-log.md, T44).
   __device__ std::int32_t* staged_indices() const { return reinterpret_cast<std::int32_t*>(sh_.work.out); }
 
   // Emission when the K-th key kth has more ties than the K - count_gt

@@ -36,7 +36,7 @@ struct Instance {
 // Sets the kernel's dynamic shared-memory size and the least carveout that
 // keeps min_ctas_per_sm CTAs resident (the rest of the SM's 256 KB stays
 // L1, which holds the filter's loads in flight: the largest carveout cost
-// rows of N >= 64K 7-13 %, docs/perf-log.md), once per kernel and device
+// rows of N >= 64K 7-13 %, docs/perf-log.md, T5), once per kernel and device
 // (LaunchCache). Host-side attributes, not stream operations: graph capture
 // is unaffected.
 Status prepare(const void* kernel, std::size_t smem_bytes, int threads, int min_ctas_per_sm, int device,

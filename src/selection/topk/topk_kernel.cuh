@@ -141,7 +141,7 @@ class RowSelect {
   // ... or the sums over the cluster's CTAs: warp 0's lane r writes this
   // CTA's counts into rank r's table (remote stores, which do not wait as
   // remote loads after the barrier would: a pull measured ~3.3 K cycles a
-  // pass at 64 x 128K in two parts, docs/perf-log.md "Session 21"). Ends
+  // pass at 64 x 128K in two parts, docs/perf-log.md, T110, T111). Ends
   // with the cluster barrier; every CTA gets the same totals.
   struct Clustered {
     Storage& sh;
@@ -186,7 +186,7 @@ class RowSelect {
   // rank 0's buffers after those of the ranks before it, positions moved
   // from the rank's part to the row (remote stores: the ranks write at
   // once, where rank 0 reading them rank by rank measured ~15 K cycles at 16
-  // parts, docs/perf-log.md "Session 21"). The cluster barrier after it
+  // parts, docs/perf-log.md, T110, T111). The cluster barrier after it
   // publishes them.
   __device__ void push_split(const Totals& totals, bool ties_counted) {
     const auto cluster = cooperative_groups::this_cluster();
@@ -228,9 +228,9 @@ class RowSelect {
       if (count_gt <= static_cast<std::uint32_t>(G::kCandidateCapacity)) {
         // The candidates' keys lie in [tau + 1, greatest]: the select starts
         // at the first digit where the bounds differ (candidates within one
-        // octave share the top 9 bits; measured -0.6 % at 64K, since the
-        // whole-bin stop already ended most selects early: docs/perf-log.md
-        // "Session 11").
+        // octave share the top 9 bits; measured -0.6 % at 64K, as the
+        // whole-bin stop already ends most selects early: docs/perf-log.md,
+        // T34).
         trace.path = RowPath::kCertified;
         trace.kth_key = emitter().template select_and_emit_window<Cfg::kWarps>(
             candidate_items(count_gt), K, tau + 1, greatest, sh_.select_histogram, sh_.window);
@@ -284,8 +284,8 @@ class RowSelect {
   // Thread 0 starts one bulk L2 prefetch of the first p.prefetch_bytes (its
   // whole 16-byte units) of the row's positions [begin, begin + len): the
   // copy engine fetches them from DRAM while the CTA takes its samples and
-  // threshold, and the filter's loads then hit L2 (docs/perf-log.md
-  // "Session 16").
+  // threshold, and the filter's loads then hit L2 (docs/perf-log.md,
+  // T83-T87).
   __device__ void prefetch(std::int32_t begin, std::int32_t len) const {
     if (threadIdx.x != 0) return;
     const auto first = (reinterpret_cast<std::uintptr_t>(row_ + begin) + 15) & ~std::uintptr_t{15};
@@ -317,7 +317,7 @@ class RowSelect {
     // A plain atomic (ATOMS.POPC.INC), as in every other histogram: the
     // merged form (__match_any_sync per round, one atomic per distinct bin)
     // held this pass ~5 K cycles a row and cost 32K rows 4-10 %
-    // (docs/perf-log.md "Session 15"). No warp collective, so the loop needs
+    // (docs/perf-log.md, T76). No warp collective, so the loop needs
     // no block-uniform trip count.
     for (std::int32_t i = threadIdx.x; i < s; i += G::kThreads) {
       const std::uint32_t key = th.sample_keys[i];
@@ -416,7 +416,7 @@ class RowSelect {
   // key stored in a candidate buffer (every thread; 0 when none). With
   // tie_free (threshold()) and a float tau, the pass first compares once an
   // element (keys > tau only: ~2.5 of ~5 instructions an element,
-  // docs/perf-log.md "Session 11"); if that finds fewer than K, which the
+  // docs/perf-log.md, T35); if that finds fewer than K, which the
   // sampled rank makes a ~4-sigma miss, the row is filtered again with both
   // compares. ties_counted: count_eq holds the row's ties (else count_gt >=
   // K, and the ties were not looked at).
