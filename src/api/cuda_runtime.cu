@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common/cuda_status.h"
+
 namespace dsa::detail {
 
 MemoryKind memory_kind(const void* ptr) {
@@ -22,8 +24,11 @@ bool cuda_device_present(std::string* why) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     if (why) {
-      *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
-                                : std::string("no CUDA device present");
+      // Without a driver the runtime says "CUDA driver version is
+      // insufficient for CUDA runtime version": its text follows, after what
+      // it means here.
+      *why = std::string("no usable GPU / CUDA driver found (CUDA runtime: ") +
+             (err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device present") + ")";
     }
     cudaGetLastError();
     return false;
@@ -47,7 +52,7 @@ Status copy_to_host(void* dst, const void* src, std::size_t bytes, CUstream_st* 
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) {
-    return {StatusCode::kCudaError, std::string("copying ranges to the host: ") + cudaGetErrorString(err)};
+    return cuda_status(err, "copying ranges to the host");
   }
   return Status::Ok();
 }

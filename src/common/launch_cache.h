@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/cuda_status.h"
 #include "dsa_topk/dsa_topk.h"
 
 namespace dsa {
@@ -84,7 +85,7 @@ class LaunchCache {
   }
 
   static Status error(cudaError_t err, const char* what) {
-    return {StatusCode::kCudaError, std::string("kernel launch set-up: ") + what + ": " + cudaGetErrorString(err)};
+    return cuda_status(err, std::string("kernel launch set-up: ") + what);
   }
 
  private:

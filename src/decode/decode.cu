@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_status.h"
 #include "common/keys.h"
 #include "common/workspace.h"
 #include "scoring/launch.cuh"
@@ -34,7 +35,7 @@ namespace {
 constexpr std::size_t kScoresBytes = std::size_t{512} << 20;
 
 Status cuda_error(cudaError_t err, const char* op, const char* what) {
-  return {StatusCode::kCudaError, std::string(op) + ": " + what + ": " + cudaGetErrorString(err)};
+  return cuda_status(err, std::string(op) + ": " + what);
 }
 
 int log2_exact(int n) {

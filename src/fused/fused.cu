@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "common/keys.h"
+#include "common/cuda_status.h"
 #include "common/launch_cache.h"
 #include "common/workspace.h"
 #include "fused/select_kernel.cuh"
@@ -33,9 +34,7 @@ constexpr std::size_t kRepairBytes = std::size_t{512} << 20;
 // and slower at 4096 x 256K (F20).
 constexpr std::size_t kSingleBatchRouteBytes = std::size_t{256} << 20;
 
-Status cuda_error(cudaError_t err, const char* what) {
-  return {StatusCode::kCudaError, std::string("indexer_topk: ") + what + ": " + cudaGetErrorString(err)};
-}
+Status cuda_error(cudaError_t err, const char* what) { return cuda_status(err, std::string("indexer_topk: ") + what); }
 
 // Floats per rescored row, and the rows `bytes` (one batch of the repair and
 // staged buffer, by default) hold.

@@ -28,7 +28,7 @@ struct SamplePrepareArgs {
   const std::int32_t* ke;
   std::int64_t num_queries, num_keys;
   std::int64_t step, offset, count;  // sample i is key i * step + offset, i < count
-  std::uint8_t* sample_keys;         // [count, 128]
+  std::uint8_t* sample_keys;         // [count, kHeadDim]
   float* sample_scale;               // [count]
   std::int32_t* sample_ks;           // [T]: the row's samples are [sample_ks, sample_ke)
   std::int32_t* sample_ke;
@@ -47,7 +47,7 @@ __global__ void sample_prepare_kernel(const SamplePrepareArgs a) {
     if (i < a.count) {
       const std::int64_t s = i * a.step + a.offset;
       const auto* src = reinterpret_cast<const uint4*>(a.k + s * a.k_row_stride);
-      auto* dst = reinterpret_cast<uint4*>(a.sample_keys + i * 128);
+      auto* dst = reinterpret_cast<uint4*>(a.sample_keys + i * kHeadDim);
 #pragma unroll
       for (int v = 0; v < 8; ++v) dst[v] = __ldg(src + v);
       a.sample_scale[i] = __ldg(a.k_scale + s);

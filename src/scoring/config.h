@@ -11,11 +11,12 @@
 #include <cstdint>
 
 #include "common/sm90/barrier.cuh"
+#include "dsa_topk/dsa_topk.h"
 #include "scoring/schedule.cuh"
 
 namespace dsa::scoring {
 
-inline constexpr int kHeadDim = 128;         // D: bytes of one FP8 row
+using ::dsa::kHeadDim;                       // D (dsa_topk.h): bytes of one FP8 row
 inline constexpr int kTileKeys = 64;         // M of one wgmma: keys per tile
 inline constexpr int kTileCols = 256;        // N of one wgmma: (query, head) columns
 inline constexpr int kStages = 8;            // key tiles in flight

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_status.h"
 #include "common/launch_cache.h"
 #include "common/sm90/tma.h"
 #include "dsa_topk/dsa_topk.h"
@@ -17,9 +18,7 @@
 
 namespace dsa::scoring {
 
-inline Status scoring_cuda_error(cudaError_t err, const char* what) {
-  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
-}
+inline Status scoring_cuda_error(cudaError_t err, const char* what) { return cuda_status(err, what); }
 
 // Dynamic shared memory of the kernel with sink Sink (+1 KiB to align the
 // base for the 128-byte swizzle).

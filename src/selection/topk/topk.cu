@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "common/cuda_status.h"
 #include "common/launch_cache.h"
 #include "selection/topk/config.h"
 #include "selection/topk/launch_plan.h"
@@ -17,9 +18,7 @@
 namespace dsa::selection::topk {
 namespace {
 
-Status cuda_error(cudaError_t err, const char* what) {
-  return {StatusCode::kCudaError, std::string("topk: ") + what + ": " + cudaGetErrorString(err)};
-}
+Status cuda_error(cudaError_t err, const char* what) { return cuda_status(err, std::string("topk: ") + what); }
 
 // The kernel instance, its shared-memory size, and what the sampled
 // kernel's row prefetch needs: how many CTAs run at once, and the L2 size.
