@@ -1,11 +1,20 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -91,15 +100,49 @@ SelectOptions parse_options(const Args& args) {
   return o;
 }
 
-const std::vector<std::string> kCommonOptions = {"backend", "op", "dist", "layout", "T", "N", "K", "heads",
-                                                 "seed", "threads", "deterministic", "relative", "sorted",
-                                                 "values"};
-// The decode operator's shape (check and bench, --op decode).
-const std::vector<std::string> kDecodeOptions = {"B", "next-n", "L", "block-size"};
+// --name as an integer in [lo, hi] (`fallback` when not given), or an error
+// naming the option.
+std::int64_t int_in(const Args& args, const std::string& name, std::int64_t fallback, std::int64_t lo,
+                    std::int64_t hi) {
+  const std::int64_t v = args.get_int(name, fallback);
+  if (v < lo || v > hi) {
+    const std::string range = hi == std::numeric_limits<std::int64_t>::max()
+                                  ? std::to_string(lo) + " or more"
+                                  : std::to_string(lo) + " to " + std::to_string(hi);
+    throw std::invalid_argument("--" + name + ": expected " + range + ", got " + std::to_string(v));
+  }
+  return v;
+}
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
+// --name as one of `allowed` (`fallback` when not given), or an error naming
+// the option and the values it takes.
+int int_one_of(const Args& args, const std::string& name, int fallback, std::span<const int> allowed) {
+  const std::int64_t v = args.get_int(name, fallback);
+  if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return static_cast<int>(v);
+  std::vector<std::string> names;
+  for (int a : allowed) names.push_back(std::to_string(a));
+  throw std::invalid_argument("--" + name + ": expected " + one_of(names) + ", got " + std::to_string(v));
+}
+
+// Rows (--T) and keys (--N): the library indexes keys with int32.
+constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
+
+std::uint64_t seed_of(const Args& args) {
+  return static_cast<std::uint64_t>(int_in(args, "seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
+}
+
+// CPU worker threads (0: every hardware thread) of the CPU backend and the
+// verification.
+constexpr std::int64_t kMaxThreads = 4096;
+int threads_of(const Args& args) { return static_cast<int>(int_in(args, "threads", 0, 0, kMaxThreads)); }
+
+// --backend cuda needs a usable GPU: without one the command stops before it
+// generates anything, saying why (exit code 1: the machine, not the usage).
+void require_backend(Backend backend) {
+  std::string why;
+  if (backend == Backend::kCuda && !cuda_backend_available(Operator::kIndexerTopk, &why)) {
+    throw std::runtime_error("--backend cuda: " + why + "; --backend cpu runs the CPU reference");
+  }
 }
 
 // --------------------------------------------------------------- running ---
@@ -281,34 +324,188 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Gpu
 
 std::string backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
 
-// One problem: generate, run (timed), verify; progress on stderr.
-// Judges an indexer result against the operator's own fp32 scores (contract
-// section 2): the CPU reference's on the CPU backend; on the CUDA backend
-// the scoring kernel's, which are bit-identical to the fused operator's and
-// differ from the CPU's in the last bits (tensor-core accumulation).
-tools::CheckReport check_indexer(const IndexerProblem& prob, const SelectOptions& options,
-                                 const tools::TopkOutput& out, Backend backend, int threads) {
-  if (backend != Backend::kCuda) return tools::check_problem(prob, options, out, threads);
-  std::vector<float> scores;
-  std::vector<double> ms;
-  const Status st = run_scores_on_device(prob, 1, &scores, &ms);
-  if (!st.ok()) {
-    tools::CheckReport failed;
-    failed.rows_failed = 1;
-    failed.failures.push_back({0, "scoring the judge's scores on the device: " + st.to_string()});
-    return failed;
-  }
-  tools::CheckInput in;
-  in.T = prob.T;
-  in.ks = prob.ks.data();
-  in.ke = prob.ke.data();
-  in.row_scores = tools::dense_row_scores(scores.data(), prob.N, prob.ks.data(), prob.ke.data());
-  in.indices = out.indices.data();
-  in.values = out.values.empty() ? nullptr : out.values.data();
-  in.options = options;
-  return tools::check_topk(in);
+// --------------------------------------------------------- generating ---
+
+// "12.5 GiB".
+std::string bytes_text(double bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  std::size_t unit = 0;
+  for (; bytes >= 1024 && unit + 1 < std::size(kUnits); ++unit) bytes /= 1024;
+  return fmt("%.1f ", bytes) + kUnits[unit];
 }
 
+// What std::bad_alloc meant while generating `what`: how much it asked for
+// and what to change.
+std::string out_of_memory(const std::string& what, double bytes, const std::string& change) {
+  return "out of host memory generating " + what + " (about " + bytes_text(bytes) + "): " + change;
+}
+
+constexpr const char* kSmallerRows = "a smaller --T or --N needs less";
+
+IndexerProblem generate_indexer(const tools::ProblemSpec& spec) {
+  try {
+    return tools::make_indexer_problem(spec);
+  } catch (const std::bad_alloc&) {
+    const double row_bytes = static_cast<double>(spec.H) * (kHeadDim + sizeof(float));  // q, w
+    const double key_bytes = kHeadDim + sizeof(float);                                    // k, k_scale
+    throw std::runtime_error(out_of_memory("the indexer inputs q, w, k, k_scale for T=" + std::to_string(spec.T) +
+                                               " N=" + std::to_string(spec.N) + " H=" + std::to_string(spec.H),
+                                           spec.T * row_bytes + spec.N * key_bytes, kSmallerRows));
+  }
+}
+
+ScoresProblem generate_scores(const tools::ProblemSpec& spec) {
+  try {
+    return tools::make_scores_problem(spec);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(out_of_memory("the fp32 score matrix [T, N] for T=" + std::to_string(spec.T) +
+                                               " N=" + std::to_string(spec.N),
+                                           static_cast<double>(spec.T) * spec.N * sizeof(float), kSmallerRows));
+  }
+}
+
+// ---------------------------------------------------------- verifying ---
+
+// A line on stderr every kPeriod while a long step runs, with the elapsed
+// time and an estimate of the time left; none while it is younger than kQuiet.
+class Progress {
+ public:
+  Progress(const char* what, std::int64_t total) : what_(what), total_(total) {}
+  // `done` of the total are done: prints a line when one is due.
+  void update(std::int64_t done) {
+    const Clock::time_point now = Clock::now();
+    if (now < next_ || done <= 0) return;
+    next_ = now + kPeriod;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "  %s: %lld/%lld rows, %.0f s elapsed, ETA %.0f s\n", what_, static_cast<long long>(done),
+                 static_cast<long long>(total_), elapsed, elapsed * static_cast<double>(total_ - done) / done);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kQuiet = std::chrono::seconds(2);
+  static constexpr auto kPeriod = std::chrono::seconds(5);
+  const char* what_;
+  std::int64_t total_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point next_ = start_ + kQuiet;
+};
+
+// The scores of the rows from `first` on as the checker reads them (row t
+// of the function is problem row first + t); called once per block, on the
+// block's thread.
+using BlockScoresFn = std::function<tools::RowScoresFn(std::int64_t first)>;
+
+// The one checker over T rows split into blocks on `threads` threads (0:
+// every hardware thread; the h200 grid's verification reads up to 512M
+// scores per row of the table), with a progress line while it runs long;
+// failures keep their row numbers.
+tools::CheckReport check_in_parallel(std::int64_t T, const std::int32_t* ks, const std::int32_t* ke,
+                                     const BlockScoresFn& block_scores, const SelectOptions& options,
+                                     const tools::TopkOutput& out, int threads) {
+  constexpr std::int64_t kMaxFailures = 8;
+  constexpr auto kPoll = std::chrono::milliseconds(250);
+  const std::int64_t workers = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  const std::int64_t block = std::max<std::int64_t>(1, (T + workers - 1) / workers);
+  const std::int64_t blocks = (T + block - 1) / block;
+  std::vector<tools::CheckReport> reports(static_cast<std::size_t>(blocks));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(blocks));
+  std::atomic<std::int64_t> rows_started{0};  // what the progress line counts
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::int64_t running = blocks;  // guarded by mutex
+  std::vector<std::thread> pool;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    pool.emplace_back([&, b] {
+      try {
+        const std::int64_t first = b * block;
+        const tools::RowScoresFn scores = block_scores(first);
+        tools::CheckInput in;
+        in.T = std::min(block, T - first);
+        in.ks = ks + first;
+        in.ke = ke + first;
+        in.row_scores = [&](std::int64_t t) {
+          ++rows_started;
+          return scores(t);
+        };
+        in.indices = out.indices.data() + first * options.k;
+        in.values = out.values.empty() ? nullptr : out.values.data() + first * options.k;
+        in.options = options;
+        reports[b] = tools::check_topk(in, kMaxFailures);
+        for (tools::RowFailure& f : reports[b].failures) f.row += first;
+      } catch (...) {
+        errors[b] = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      --running;
+      finished.notify_one();
+    });
+  }
+  Progress progress("verifying", T);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!finished.wait_for(lock, kPoll, [&] { return running == 0; })) progress.update(rows_started);
+  }
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  tools::CheckReport total;
+  for (tools::CheckReport& r : reports) {
+    total.rows_checked += r.rows_checked;
+    total.rows_failed += r.rows_failed;
+    for (tools::RowFailure& f : r.failures) {
+      if (static_cast<std::int64_t>(total.failures.size()) < kMaxFailures) total.failures.push_back(std::move(f));
+    }
+  }
+  return total;
+}
+
+// The checker against a dense [T, stride] score matrix: row t's candidates
+// at columns [ks[t], ke[t]).
+tools::CheckReport check_dense_in_parallel(std::int64_t T, const std::int32_t* ks, const std::int32_t* ke,
+                                           const float* scores, std::int64_t stride, const SelectOptions& options,
+                                           const tools::TopkOutput& out, int threads) {
+  const BlockScoresFn block_scores = [&](std::int64_t first) {
+    return tools::dense_row_scores(scores + first * stride, stride, ks + first, ke + first);
+  };
+  return check_in_parallel(T, ks, ke, block_scores, options, out, threads);
+}
+
+// Judges an indexer result against the operator's own fp32 scores (contract
+// section 2): the CPU reference's on the CPU backend, row by row; on the CUDA
+// backend the scoring kernel's, which are bit-identical to the fused
+// operator's and differ from the CPU's in the last bits (tensor-core
+// accumulation).
+tools::CheckReport check_indexer(const IndexerProblem& prob, const SelectOptions& options,
+                                 const tools::TopkOutput& out, Backend backend, int threads) {
+  if (backend == Backend::kCuda) {
+    std::vector<float> scores;
+    std::vector<double> ms;
+    const Status st = run_scores_on_device(prob, 1, &scores, &ms);
+    if (!st.ok()) {
+      tools::CheckReport failed;
+      failed.rows_failed = 1;
+      failed.failures.push_back({0, "scoring the judge's scores on the device: " + st.to_string()});
+      return failed;
+    }
+    return check_dense_in_parallel(prob.T, prob.ks.data(), prob.ke.data(), scores.data(), prob.N, options, out,
+                                   threads);
+  }
+  const IndexerTopkParams p = prob.params(nullptr, nullptr, options);
+  const reference::DecodedKeys keys(p, threads);
+  const BlockScoresFn block_scores = [&](std::int64_t first) -> tools::RowScoresFn {
+    // check_topk uses each row's span before it asks for the next.
+    auto row = std::make_shared<std::vector<float>>();
+    return [&p, &keys, first, row](std::int64_t t) {
+      reference::score_row(p, keys, first + t, row.get());
+      return std::span<const float>(*row);
+    };
+  };
+  return check_in_parallel(prob.T, prob.ks.data(), prob.ke.data(), block_scores, options, out, threads);
+}
+
+// One problem: run (timed), verify; progress on stderr.
 template <typename Problem>
 Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layout layout,
              const SelectOptions& options, bool values, Backend backend, int threads, int reps, bool check,
@@ -334,25 +531,22 @@ Row run_case(const Problem& prob, const std::string& op, Distribution dist, Layo
   if constexpr (std::is_same_v<Problem, IndexerProblem>) {
     report = check_indexer(prob, options, r.out, backend, threads);
   } else {
-    report = tools::check_problem(prob, options, r.out);
+    report = check_dense_in_parallel(prob.T, prob.ks.data(), prob.ke.data(), prob.scores.data(), prob.stride,
+                                     options, r.out, threads);
   }
   row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
   return row;
 }
 
-// The scoring kernel alone, timed; its exactness is the GPU tests' business
-// (bit-exact on small integers, bounded error otherwise).
-Row run_scores_case(const IndexerProblem& prob, Distribution dist, Backend backend, int reps, int index, int total) {
+// The CUDA scoring kernel alone, timed; its exactness is the GPU tests'
+// business (bit-exact on small integers, bounded error otherwise).
+Row run_scores_case(const IndexerProblem& prob, Distribution dist, int reps, int index, int total) {
   std::fprintf(stderr, "[%d/%d] scores %s T=%lld N=%lld ...\n", index, total,
                std::string(tools::to_string(dist)).c_str(), static_cast<long long>(prob.T),
                static_cast<long long>(prob.N));
-  Row row{"scores", std::string(tools::to_string(dist)), "causal-suffix", backend_name(backend), "", prob.T, prob.N,
+  Row row{"scores", std::string(tools::to_string(dist)), "causal-suffix", "cuda", "", prob.T, prob.N,
           0, prob.valid_pairs(), 0};
   row.heads = prob.H;
-  if (backend != Backend::kCuda) {
-    row.result = "scores: bench it with --backend cuda";
-    return row;
-  }
   std::vector<double> ms;
   const Status st = run_scores_on_device(prob, reps, nullptr, &ms);
   if (!st.ok()) {
@@ -400,54 +594,14 @@ std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput
   return "";
 }
 
-// The one checker against a dense [T, stride] score matrix (row t's
-// candidates at columns [ks[t], ke[t])), rows split into blocks over the
-// hardware threads (the h200 grid's verification reads up to 512M scores per
-// row of the table); failures keep their row numbers.
-tools::CheckReport check_dense_in_parallel(std::int64_t T, const std::int32_t* ks, const std::int32_t* ke,
-                                           const float* scores, std::int64_t stride, const SelectOptions& options,
-                                           const tools::TopkOutput& out) {
-  constexpr std::int64_t kMaxFailures = 8;
-  const std::int64_t workers = std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t block = std::max<std::int64_t>(1, (T + workers - 1) / workers);
-  const std::int64_t blocks = (T + block - 1) / block;
-  std::vector<tools::CheckReport> reports(static_cast<std::size_t>(blocks));
-  std::vector<std::thread> threads;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    threads.emplace_back([&, b] {
-      const std::int64_t first = b * block;
-      tools::CheckInput in;
-      in.T = std::min(block, T - first);
-      in.ks = ks + first;
-      in.ke = ke + first;
-      in.row_scores = tools::dense_row_scores(scores + first * stride, stride, in.ks, in.ke);
-      in.indices = out.indices.data() + first * options.k;
-      in.values = out.values.empty() ? nullptr : out.values.data() + first * options.k;
-      in.options = options;
-      reports[b] = tools::check_topk(in, kMaxFailures);
-      for (tools::RowFailure& f : reports[b].failures) f.row += first;
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  tools::CheckReport total;
-  for (tools::CheckReport& r : reports) {
-    total.rows_checked += r.rows_checked;
-    total.rows_failed += r.rows_failed;
-    for (tools::RowFailure& f : r.failures) {
-      if (static_cast<std::int64_t>(total.failures.size()) < kMaxFailures) total.failures.push_back(std::move(f));
-    }
-  }
-  return total;
-}
-
 // The CUDA indexer: the fused operator timed beside our unfused pipeline and
 // the fused kernel's math-only control, in one run on the same inputs. The
 // fused result is verified against the unfused one: identical with
 // smallest-index ties; with kAny ties, a valid top-k of the unfused scores
 // (bit-identical to the fused scores by contract), by the one checker.
 Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout layout, const SelectOptions& options,
-                          bool values, int reps, bool check, const IndexerBenchHooks& bench_hooks, int index,
-                          int total) {
+                          bool values, int reps, bool check, int threads, const IndexerBenchHooks& bench_hooks,
+                          int index, int total) {
   std::fprintf(stderr, "[%d/%d] indexer %s/%s T=%lld N=%lld K=%d on cuda: fused, unfused, math-only ...\n", index,
                total, std::string(tools::to_string(dist)).c_str(), std::string(tools::to_string(layout)).c_str(),
                static_cast<long long>(prob.T), static_cast<long long>(prob.N), options.k);
@@ -471,7 +625,7 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
   }
   if (any_ties) {
     const tools::CheckReport report = check_dense_in_parallel(prob.T, prob.ks.data(), prob.ke.data(),
-                                                              cmp.scores.data(), prob.N, options, cmp.fused);
+                                                              cmp.scores.data(), prob.N, options, cmp.fused, threads);
     row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
   } else {
     const std::string diff = first_difference(cmp.fused, cmp.unfused, options.sorted);
@@ -484,12 +638,18 @@ tools::ProblemSpec spec_from(const Args& args, Distribution dist, Layout layout)
   tools::ProblemSpec spec;
   spec.dist = dist;
   spec.layout = layout;
-  spec.T = args.get_int("T", 64);
-  spec.N = args.get_int("N", 16384);
-  spec.H = static_cast<int>(args.get_int("heads", 64));
+  spec.T = int_in(args, "T", 64, 0, kMaxSize);
+  spec.N = int_in(args, "N", 16384, 0, kMaxSize);
+  spec.H = int_one_of(args, "heads", 64, kSupportedHeads);
   spec.K = static_cast<int>(args.get_int("K", 2048));
-  spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+  spec.seed = seed_of(args);
   return spec;
+}
+
+// A bench row that passed: exact, or timed and not verified (--no-verify,
+// the scoring kernel alone, a decode row too large to judge).
+bool passed(const std::string& result) {
+  return result == "exact" || result == "timed" || result.rfind("not verified", 0) == 0;
 }
 
 bool all_exact(const std::vector<Row>& rows) {
@@ -498,9 +658,11 @@ bool all_exact(const std::vector<Row>& rows) {
 
 // ------------------------------------------------------- bench settings ---
 
+constexpr std::int64_t kMaxReps = 100'000;
+
 // --reps, --warm-l2 and --rest-ms, set for this process; returns reps.
 int timing_settings(const Args& args, Backend backend) {
-  const int reps = static_cast<int>(args.get_int("reps", backend == Backend::kCpu ? 3 : 20));
+  const int reps = static_cast<int>(int_in(args, "reps", backend == Backend::kCpu ? 3 : 20, 1, kMaxReps));
   set_cold_l2(!args.flag("warm-l2"));
   const std::int64_t rest = args.get_int("rest-ms", 0);
   if (rest < 0 || rest > 10'000) throw std::invalid_argument("--rest-ms: expected 0 to 10000 milliseconds");
@@ -623,18 +785,9 @@ DecodeBounds decode_bounds(const DecodeRow& r, const GpuCeilings* ceilings) {
   return b;
 }
 
-std::int64_t int_in(const Args& args, const std::string& name, std::int64_t lo, std::int64_t hi) {
-  const std::int64_t v = args.get_int(name, lo);
-  if (v < lo || v > hi) {
-    throw std::invalid_argument("--" + name + ": expected " + std::to_string(lo) + " to " + std::to_string(hi) +
-                                ", got " + std::to_string(v));
-  }
-  return v;
-}
-
-// Options that belong to one kind of operator: given to another, an error
-// naming the option.
-void reject_foreign_options(const Args& args, const std::string& op) {
+// Options that belong to one kind of operator or backend: given where they
+// do not apply, an error naming the option.
+void reject_inapplicable(const Args& args, const std::string& op, Backend backend) {
   const bool decode = op == "decode";
   for (const std::string name : {"B", "next-n", "L", "block-size"}) {
     if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
@@ -643,6 +796,23 @@ void reject_foreign_options(const Args& args, const std::string& op) {
     if (decode && args.flag(name)) {
       throw std::invalid_argument("--" + name + ": not an option of --op decode (its shape: --B, --next-n, --L)");
     }
+  }
+  if (op == "topk" && args.flag("heads")) {
+    throw std::invalid_argument("--heads: not an option of --op topk (it selects from generated scores)");
+  }
+  for (const std::string name : {"deterministic", "relative", "sorted", "values"}) {
+    if (op == "scores" && args.flag(name)) {
+      throw std::invalid_argument("--" + name + ": a selection option; --op scores times the scoring kernel alone");
+    }
+  }
+  if (op == "scores" && backend != Backend::kCuda) {
+    throw std::invalid_argument("--op scores: times the CUDA scoring kernel (--backend cuda)");
+  }
+  if (args.flag("baselines") && (op != "topk" || backend != Backend::kCuda)) {
+    throw std::invalid_argument("--baselines: times CUB beside the CUDA top-k (--op topk --backend cuda)");
+  }
+  if (args.flag("warm-l2") && backend != Backend::kCuda) {
+    throw std::invalid_argument("--warm-l2: keeps the GPU's L2 warm (--backend cuda)");
   }
 }
 
@@ -661,9 +831,9 @@ std::vector<DecodeShape> decode_shapes(const Args& args, bool grid) {
     tokens = {kDecodeCheckShape.next_n};
     contexts = {kDecodeCheckShape.L};
   }
-  if (args.flag("B")) batches = {int_in(args, "B", 1, kMaxDecodeKeys)};
-  if (args.flag("next-n")) tokens = {int_in(args, "next-n", 1, kMaxNextN)};
-  if (args.flag("L")) contexts = {int_in(args, "L", 1, kMaxDecodeKeys)};
+  if (args.flag("B")) batches = {int_in(args, "B", 1, 1, kMaxDecodeKeys)};
+  if (args.flag("next-n")) tokens = {int_in(args, "next-n", 1, 1, kMaxNextN)};
+  if (args.flag("L")) contexts = {int_in(args, "L", 1, 1, kMaxDecodeKeys)};
   std::vector<DecodeShape> shapes;
   for (const std::int64_t B : batches) {
     for (const std::int64_t next_n : tokens) {
@@ -683,20 +853,13 @@ std::vector<DecodeShape> decode_shapes(const Args& args, bool grid) {
 
 DecodeSettings decode_settings(const Args& args, Backend backend) {
   DecodeSettings s;
-  const std::int64_t block_size = args.get_int("block-size", 64);
-  if (std::find(std::begin(kSupportedBlockSizes), std::end(kSupportedBlockSizes), block_size) ==
-      std::end(kSupportedBlockSizes)) {
-    std::vector<std::string> sizes;
-    for (int size : kSupportedBlockSizes) sizes.push_back(std::to_string(size));
-    throw std::invalid_argument("--block-size: expected " + one_of(sizes) + ", got " + std::to_string(block_size));
-  }
-  s.block_size = static_cast<int>(block_size);
-  s.heads = static_cast<int>(args.get_int("heads", 64));
-  s.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+  s.block_size = int_one_of(args, "block-size", 64, kSupportedBlockSizes);
+  s.heads = int_one_of(args, "heads", 64, kSupportedHeads);
+  s.seed = seed_of(args);
   s.options = parse_options(args);
   s.values = args.flag("values");
   s.backend = backend;
-  s.threads = static_cast<int>(args.get_int("threads", 0));
+  s.threads = threads_of(args);
   return s;
 }
 
@@ -722,7 +885,7 @@ std::string judge_decode(const tools::PagedProblem& prob, const DecodeRow& row, 
     ke[r] = static_cast<std::int32_t>(reference::paged_row_length(p, r / prob.next_n, static_cast<int>(r % prob.next_n)));
   }
   const tools::CheckReport report =
-      check_dense_in_parallel(rows, ks.data(), ke.data(), scores.data(), stride, s.options, out);
+      check_dense_in_parallel(rows, ks.data(), ke.data(), scores.data(), stride, s.options, out, s.threads);
   return report.ok() ? "exact" : "WRONG: " + report.summary();
 }
 
@@ -745,7 +908,10 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
   tools::PagedProblem prob;
   try {
     prob = tools::make_paged_problem(spec);
-  } catch (const std::exception& e) {  // the row fails; the grid goes on
+  } catch (const std::bad_alloc&) {  // the row fails; the grid goes on
+    row.result = out_of_memory("the paged cache, q and w", row.bytes(), "a smaller --B or --L needs less");
+    return row;
+  } catch (const std::exception& e) {
     row.result = std::string("generating the problem: ") + e.what();
     return row;
   }
@@ -758,8 +924,6 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
   row.result = judge_decode(prob, row, s, r.out);
   return row;
 }
-
-bool decode_passed(const DecodeRow& r) { return r.result == "exact" || r.result.rfind("not verified", 0) == 0; }
 
 std::string fmt_or_dash(const char* f, double v) { return v > 0 ? fmt(f, v) : "-"; }
 
@@ -811,6 +975,7 @@ int run_decode_bench(const Args& args, Backend backend) {
   DecodeSettings s = decode_settings(args, backend);
   s.reps = timing_settings(args, backend);
   s.check = !args.flag("no-verify");
+  require_backend(backend);
   const GpuCeilings ceilings = ceilings_for(backend);
   std::vector<DecodeRow> rows;
   int index = 0;
@@ -818,10 +983,11 @@ int run_decode_bench(const Args& args, Backend backend) {
   for (Distribution dist : dists) {
     for (const DecodeShape& shape : shapes) rows.push_back(run_decode_case(shape, dist, s, ++index, total));
   }
-  if (backend == Backend::kCuda) print_timing_notes(ceilings, s.reps);
+  const bool timed = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.ms > 0; });
+  if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, s.reps);
   print_decode_table(rows, &ceilings);
   if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, decode_json(rows, ceilings));
-  return std::all_of(rows.begin(), rows.end(), decode_passed) ? 0 : 1;
+  return std::all_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return passed(r.result); }) ? 0 : 1;
 }
 
 // check --op decode: one shape per distribution, verified.
@@ -829,6 +995,7 @@ int run_decode_check(const Args& args, Backend backend) {
   const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/false);
   const auto dists = parse_distributions(args.get("dist", "all"));
   const DecodeSettings s = decode_settings(args, backend);
+  require_backend(backend);
   std::vector<DecodeRow> rows;
   int index = 0;
   for (Distribution dist : dists) {
@@ -844,17 +1011,49 @@ int run_decode_check(const Args& args, Backend backend) {
 
 // ----------------------------------------------------------------- Args ----
 
-Args::Args(int argc, char** argv, int first) {
+Args::Args(const std::string& command, const std::vector<OptionSpec>& options, int max_positional, int argc,
+           char** argv, int first) {
+  const std::string see = " (dsa-topk " + command + " --help lists its options)";
+  std::string error;  // the first one; thrown after the loop unless help was asked for
+  const auto fail = [&](const std::string& what) {
+    if (error.empty()) error = what;
+  };
   for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      positional_.push_back(a);
+    if (a == "-h" || a == "--help") {
+      help_ = true;
       continue;
     }
-    const std::string name = a.substr(2);
-    const bool has_value = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
-    options_[name] = has_value ? argv[++i] : "";
+    if (a.rfind("--", 0) != 0) {
+      if (a.size() > 1 && a[0] == '-') {
+        fail("unknown option " + a + see);
+      } else if (static_cast<int>(positional_.size()) == max_positional) {
+        fail("unexpected argument '" + a + "'" + see);
+      } else {
+        positional_.push_back(a);
+      }
+      continue;
+    }
+    const std::size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const auto spec = std::find_if(options.begin(), options.end(), [&](const OptionSpec& o) { return o.name == name; });
+    if (spec == options.end()) {
+      fail("unknown option --" + name + see);
+      continue;
+    }
+    if (options_.count(name)) fail("--" + name + ": given more than once");
+    if (spec->value.empty()) {  // a flag: never takes the next word
+      if (eq != std::string::npos) fail("--" + name + ": takes no value, got '" + a.substr(eq + 1) + "'");
+      options_[name] = "";
+    } else if (eq != std::string::npos) {
+      options_[name] = a.substr(eq + 1);
+    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+      options_[name] = argv[++i];
+    } else {
+      fail("--" + name + ": needs a value (--" + name + " " + spec->value + ")");
+    }
   }
+  if (!help_ && !error.empty()) throw std::invalid_argument(error);
 }
 
 std::string Args::get(const std::string& name, const std::string& fallback) const {
@@ -880,39 +1079,30 @@ std::int64_t Args::get_int(const std::string& name, std::int64_t fallback) const
 
 bool Args::flag(const std::string& name) const { return options_.count(name) != 0; }
 
-void Args::expect_only(const std::vector<std::string>& known) const {
-  for (const auto& [name, value] : options_) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw std::invalid_argument("unknown option --" + name + " (see dsa-topk --help)");
-    }
-  }
-}
-
 // ------------------------------------------------------------- commands ----
 
 int run_check(const Args& args) {
-  args.expect_only(with(kCommonOptions, kDecodeOptions));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string op = parse_op(args, {"indexer", "topk", "decode"});
-  reject_foreign_options(args, op);
+  reject_inapplicable(args, op, backend);
   if (op == "decode") return run_decode_check(args, backend);
   const SelectOptions options = parse_options(args);
-  const int threads = static_cast<int>(args.get_int("threads", 0));
-  const auto dists = parse_distributions(args.get("dist", "all"));
-  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  const int threads = threads_of(args);
+  std::vector<tools::ProblemSpec> specs;
+  for (Distribution dist : parse_distributions(args.get("dist", "all"))) {
+    for (Layout layout : parse_layouts(args.get("layout", "causal-suffix"))) specs.push_back(spec_from(args, dist, layout));
+  }
+  require_backend(backend);
   std::vector<Row> rows;
   int index = 0;
-  const int total = static_cast<int>(dists.size() * layouts.size());
-  for (Distribution dist : dists) {
-    for (Layout layout : layouts) {
-      const tools::ProblemSpec spec = spec_from(args, dist, layout);
-      if (op == "indexer") {
-        rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, layout, options, args.flag("values"),
-                                backend, threads, 1, true, ++index, total));
-      } else {
-        rows.push_back(run_case(tools::make_scores_problem(spec), op, dist, layout, options, args.flag("values"),
-                                backend, threads, 1, true, ++index, total));
-      }
+  const int total = static_cast<int>(specs.size());
+  for (const tools::ProblemSpec& spec : specs) {
+    if (op == "indexer") {
+      rows.push_back(run_case(generate_indexer(spec), op, spec.dist, spec.layout, options, args.flag("values"),
+                              backend, threads, 1, true, ++index, total));
+    } else {
+      rows.push_back(run_case(generate_scores(spec), op, spec.dist, spec.layout, options, args.flag("values"),
+                              backend, threads, 1, true, ++index, total));
     }
   }
   print_table(rows, nullptr);
@@ -923,7 +1113,7 @@ int run_default() {
   std::string why;
   const Backend backend = cuda_backend_available(Operator::kIndexerTopk, &why) ? Backend::kCuda : Backend::kCpu;
   std::fprintf(stderr, "dsa-topk: exactness check of every distribution on the %s backend%s\n",
-               backend_name(backend).c_str(), backend == Backend::kCpu ? (" (" + why + ")").c_str() : "");
+               backend_name(backend).c_str(), backend == Backend::kCpu ? (": " + why).c_str() : "");
   std::vector<Row> rows;
   const auto dists = tools::all_distributions();
   int index = 0;
@@ -935,7 +1125,7 @@ int run_default() {
     spec.N = 8192;
     spec.seed = 1;
     SelectOptions options;
-    rows.push_back(run_case(tools::make_indexer_problem(spec), "indexer", dist, spec.layout, options, false, backend,
+    rows.push_back(run_case(generate_indexer(spec), "indexer", dist, spec.layout, options, false, backend,
                             0, 1, true, ++index, static_cast<int>(dists.size())));
   }
   print_table(rows, nullptr);
@@ -944,21 +1134,24 @@ int run_default() {
 }
 
 int run_bench(const Args& args) {
-  args.expect_only(with(with(kCommonOptions, kDecodeOptions),
-                        {"grid", "reps", "json", "no-verify", "baselines", "warm-l2", "rest-ms", "route"}));
   const Backend backend = parse_backend(args.get("backend", "cpu"));
   const std::string op = parse_op(args, {"indexer", "scores", "topk", "decode"});
-  reject_foreign_options(args, op);
+  reject_inapplicable(args, op, backend);
   if (op == "decode") return run_decode_bench(args, backend);
-  const std::string grid = args.get("grid", "small");
-  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const int threads = threads_of(args);
   const SelectOptions options = parse_options(args);
+  // Everything is checked before the ceilings are measured (seconds on a GPU).
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
+  if (layouts.size() != 1) throw std::invalid_argument("--layout: bench takes one layout");
+  const tools::ProblemSpec base = spec_from(args, dists.front(), layouts.front());  // heads, K, seed
+  const std::string grid = args.get("grid", "small");
   std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, N)
   if (args.flag("T") || args.flag("N")) {
     // One shape instead of a grid: both sizes must be given, and a grid too is a conflict.
-    if (!args.flag("T") || !args.flag("N")) throw std::invalid_argument("bench: --T and --N go together (one shape)");
-    if (args.flag("grid")) throw std::invalid_argument("bench: --grid and --T/--N are exclusive");
-    shapes = {{args.get_int("T", 0), args.get_int("N", 0)}};
+    if (!args.flag("T") || !args.flag("N")) throw std::invalid_argument("--T and --N go together (one shape)");
+    if (args.flag("grid")) throw std::invalid_argument("--grid and --T/--N are exclusive");
+    shapes = {{base.T, base.N}};
   } else if (grid == "h200") {
     shapes = {{4096, 8192}, {4096, 16384}, {4096, 32768}, {4096, 65536}, {4096, 131072}, {512, 131072}, {64, 131072}};
   } else if (grid == "small") {
@@ -970,12 +1163,6 @@ int run_bench(const Args& args) {
   } else {
     throw std::invalid_argument("--grid: expected small, h200 or decode, got '" + grid + "'");
   }
-  // The distributions and layout are checked before the ceilings are
-  // measured (seconds on a GPU).
-  const auto dists = parse_distributions(args.get("dist", "model-like"));
-  const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
-  if (layouts.size() != 1) throw std::invalid_argument("bench: --layout takes one layout");
-  const Layout layout = layouts.front();
   const int reps = timing_settings(args, backend);
   IndexerBenchHooks bench_hooks;
   if (args.flag("route")) {
@@ -991,29 +1178,32 @@ int run_bench(const Args& args) {
       throw std::invalid_argument("--route: expected by-shape, fused or staged, got '" + route + "'");
     }
   }
+  require_backend(backend);
   const GpuCeilings ceilings = ceilings_for(backend);
+  const bool check = !args.flag("no-verify");
+  const bool values = args.flag("values");
   std::vector<Row> rows;
   int index = 0;
   const int total = static_cast<int>(shapes.size() * dists.size());
   for (Distribution dist : dists) {
     for (const auto& [T, N] : shapes) {
-      tools::ProblemSpec spec = spec_from(args, dist, layout);  // heads, K, seed as every command reads them
+      tools::ProblemSpec spec = base;
+      spec.dist = dist;
       spec.T = T;
       spec.N = N;
-      const bool check = !args.flag("no-verify");
       if (op == "scores") {
-        rows.push_back(run_scores_case(tools::make_indexer_problem(spec), dist, backend, reps, ++index, total));
+        rows.push_back(run_scores_case(generate_indexer(spec), dist, reps, ++index, total));
       } else if (op == "indexer" && backend == Backend::kCuda) {
-        rows.push_back(run_indexer_cuda_case(tools::make_indexer_problem(spec), dist, spec.layout, options,
-                                             args.flag("values"), reps, check, bench_hooks, ++index, total));
+        rows.push_back(run_indexer_cuda_case(generate_indexer(spec), dist, spec.layout, options, values, reps, check,
+                                             threads, bench_hooks, ++index, total));
       } else if (op == "indexer") {
-        rows.push_back(run_case(tools::make_indexer_problem(spec), op, dist, spec.layout, options, false, backend,
-                                threads, reps, check, ++index, total));
+        rows.push_back(run_case(generate_indexer(spec), op, dist, spec.layout, options, values, backend, threads, reps,
+                                check, ++index, total));
       } else {
-        const ScoresProblem prob = tools::make_scores_problem(spec);
-        rows.push_back(run_case(prob, op, dist, spec.layout, options, false, backend, threads, reps, check, ++index,
+        const ScoresProblem prob = generate_scores(spec);
+        rows.push_back(run_case(prob, op, dist, spec.layout, options, values, backend, threads, reps, check, ++index,
                                 total));
-        if (args.flag("baselines") && backend == Backend::kCuda) {
+        if (args.flag("baselines")) {
           Status st = time_cub_segmented_sort(prob, reps, &rows.back().cub_ms);
           if (!st.ok()) rows.back().result += " (CUB: " + st.to_string() + ")";
           st = time_read_once(prob, reps, &rows.back().read_ms);
@@ -1022,17 +1212,20 @@ int run_bench(const Args& args) {
       }
     }
   }
-  if (backend == Backend::kCuda) print_timing_notes(ceilings, reps);
+  const bool timed = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.ms > 0; });
+  if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, reps);
   print_table(rows, &ceilings);
   if (args.flag("json")) write_json(args.get("json", "bench.json"), rows, ceilings);
-  const bool failed = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.result.rfind("WRONG", 0) == 0; });
-  return failed ? 1 : 0;
+  return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return passed(r.result); }) ? 0 : 1;
 }
 
 int run_replay(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"out", "verify"}));
-  if (args.positional().size() != 1) throw std::invalid_argument("replay: expected one input file: replay IN [--out OUT]");
+  if (args.positional().empty()) throw std::invalid_argument("expected the input file: dsa-topk replay IN [OPTIONS]");
   const std::string in_path = args.positional()[0];
+  const Backend backend = parse_backend(args.get("backend", "cpu"));
+  SelectOptions options = parse_options(args);
+  const int threads = threads_of(args);
+  require_backend(backend);
   tools::SafetensorsFile file;
   Status st = tools::read_safetensors(in_path, &file);
   IndexerProblem prob;
@@ -1042,11 +1235,8 @@ int run_replay(const Args& args) {
     std::fprintf(stderr, "dsa-topk replay: %s\n", st.message().c_str());
     return 1;
   }
-  SelectOptions options = parse_options(args);
   options.k = static_cast<int>(args.get_int("K", topk_from_file));
-  const Backend backend = parse_backend(args.get("backend", "cpu"));
-  const RunResult r = run_operator(prob, options, args.flag("values"), backend,
-                                   static_cast<int>(args.get_int("threads", 0)), 1);
+  const RunResult r = run_operator(prob, options, args.flag("values"), backend, threads, 1);
   if (!r.status.ok()) {
     std::fprintf(stderr, "dsa-topk replay: %s\n", r.status.to_string().c_str());
     return 1;
@@ -1056,7 +1246,7 @@ int run_replay(const Args& args) {
               backend_name(backend).c_str(), r.median_ms());
   int rc = 0;
   if (args.flag("verify")) {
-    const tools::CheckReport report = check_indexer(prob, options, r.out, backend, 0);
+    const tools::CheckReport report = check_indexer(prob, options, r.out, backend, threads);
     std::printf("verify: %s\n", report.summary().c_str());
     rc = report.ok() ? 0 : 1;
   }
@@ -1076,13 +1266,13 @@ int run_replay(const Args& args) {
 }
 
 int run_generate(const Args& args) {
-  args.expect_only(with(kCommonOptions, {"out"}));
-  if (!args.flag("out")) throw std::invalid_argument("generate: --out FILE is required");
+  if (!args.flag("out")) throw std::invalid_argument("--out FILE is required");
   const auto dists = parse_distributions(args.get("dist", "model-like"));
   const auto layouts = parse_layouts(args.get("layout", "causal-suffix"));
-  if (dists.size() != 1 || layouts.size() != 1) throw std::invalid_argument("generate: name one --dist and one --layout");
-  const tools::ProblemSpec spec = spec_from(args, dists[0], layouts[0]);
-  const IndexerProblem prob = tools::make_indexer_problem(spec);
+  if (dists.size() != 1 || layouts.size() != 1) throw std::invalid_argument("name one --dist and one --layout");
+  tools::ProblemSpec spec = spec_from(args, dists[0], layouts[0]);
+  spec.K = int_one_of(args, "K", 2048, kSupportedK);  // the dump's topk, which replay runs with
+  const IndexerProblem prob = generate_indexer(spec);
   const Status st = tools::write_safetensors(args.get("out", ""), tools::file_from_indexer_problem(prob, spec.K));
   if (!st.ok()) {
     std::fprintf(stderr, "dsa-topk generate: %s\n", st.message().c_str());

@@ -1,89 +1,220 @@
 // dsa-topk: run, verify and time the DSA indexer top-k.
+//
+// This file is the command line's grammar: each command's options, which of
+// them take a value, and the help text; commands.cpp is what they do.
+// Exit codes: 0 everything passed, 1 a result failed or errored (or the
+// machine could not run it), 2 a usage error (named in the message).
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: dsa-topk [COMMAND] [OPTIONS]
+using dsa::cli::Args;
+using dsa::cli::OptionSpec;
 
-With no command, runs a short exactness check of every input distribution on
-the best available backend and prints a results table.
+constexpr int kUsageError = 2;
+constexpr int kFailed = 1;
 
-commands:
-  check     run an operator on generated inputs and verify it exactly
-  bench     time operators on a shape grid; prints ms, pairs/s, TFLOP/s
-  replay    run the indexer on a safetensors dump:  replay IN [--out OUT]
-  generate  write a generated problem as a safetensors dump:  generate --out FILE
+struct Command {
+  const char* name;
+  const char* summary;   // one line for the program's help
+  const char* synopsis;  // after "usage: dsa-topk "
+  const char* about;     // what it does, and notes that concern several options
+  std::vector<OptionSpec> options;
+  int max_positional;    // words that are not options (replay: its input file)
+  int (*run)(const Args&);
+};
 
-common options:
-  --backend cpu|cuda        (default cpu)
-  --op indexer|topk|scores|decode
-                            operator (default indexer; scores: the scoring kernel, bench only;
-                            decode: indexer_topk_paged over a paged cache)
-  --dist NAME[,NAME]|all    model-like, ties, dead-relu, mixed-sign, shifted, small-integer
-  --layout NAME|all         causal-suffix, varlen-batch, context-parallel, boundary, full
-  --T N --N N --K K --heads H --seed S --threads N
-  --deterministic           ties go to the smallest index
-  --relative                indices relative to ks
-  --sorted --values
-decode options (--op decode; not --T --N --layout --relative):
-  --B N --next-n N --L N    requests, query tokens each (1-8), every request's context length;
-                            check: one shape (default 3 x 2 x 5000); bench: each replaces its
-                            axis of the decode grid (all three: one row)
-  --block-size 16|32|64|128 cache block size (default 64)
-bench options:
-  --grid small|h200|decode  shape grid (h200: the grid of shared/h200.md; decode: 1-128
-                            rows of 32K-1M keys; with --op decode, the default and only grid:
-                            B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4)
-  --T N --N N               instead of a grid: one shape (--layout: one layout)
-  --reps N                  timed repetitions (median reported)
-  --json FILE               also write the results as JSON
-  --baselines               (--op topk --backend cuda) also time CUB's segmented radix sort
-                            and one read of the rows (the floor, timed the same way)
-  --warm-l2                 do not flush L2 before each timed call (default: flushed, so
-                            inputs come from device memory as on fresh data)
-  --rest-ms M               let the GPU idle M ms before each timed call (default 0: back to
-                            back, as an engine runs; under sustained load the 700 W cap lowers
-                            the clock within some tens of ms, so long rows time slower)
-  --no-verify               skip the exactness check of each timed result
-  --route by-shape|fused|staged
-                            (--op indexer --backend cuda) the operator's route (default by
-                            shape: staged up to 128K keys)
-  (--op indexer --backend cuda: ms is the fused operator; the table adds our
-   unfused pipeline (indexer_scores + topk) and its ratio, the fused kernel's
-   math-only control and the exposed selection time; the fused result is
-   verified against the unfused one)
-  (--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the
-   times at that ceiling and at the FP8 GEMM rate; verified by the one checker against the
-   backend's own scores of each request, unless over 2^28 scores)
-replay options:
-  --out FILE                write indices (and values with --values)
-  --verify                  check the result exactly against the CPU reference scores
-)";
+// ------------------------------------------------------------- options ----
+// Shared by several commands; each command lists the ones it applies.
+
+const OptionSpec kBackend{"backend", "cpu|cuda", "the backend that runs the operator (default cpu)"};
+const OptionSpec kLayout{"layout", "NAME", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"};
+const OptionSpec kT{"T", "N", "query rows (default 64)"};
+const OptionSpec kN{"N", "N", "keys (default 16384)"};
+const OptionSpec kK{"K", "K", "512, 1024 or 2048 (default 2048)"};
+const OptionSpec kHeads{"heads", "H", "32 or 64 (default 64)"};
+const OptionSpec kSeed{"seed", "S", "generator seed (default 1)"};
+const OptionSpec kThreads{"threads", "N", "CPU worker threads of the CPU backend and the\n"
+                                          "verification (default 0: every hardware thread)"};
+const OptionSpec kDeterministic{"deterministic", "", "ties go to the smallest index"};
+const OptionSpec kRelative{"relative", "", "indices relative to ks"};
+const OptionSpec kSorted{"sorted", "", "each row by descending score"};
+const OptionSpec kValues{"values", "", "also return the selected scores"};
+const OptionSpec kDecodeB{"B", "N", "--op decode: requests"};
+const OptionSpec kDecodeNextN{"next-n", "N", "--op decode: query tokens of each request (1-8)"};
+const OptionSpec kDecodeL{"L", "N", "--op decode: every request's context length"};
+const OptionSpec kDecodeBlockSize{"block-size", "16|32|64|128", "--op decode: cache block size (default 64)"};
+
+constexpr const char* kDistributions = "model-like, ties, dead-relu, mixed-sign, shifted,\nsmall-integer";
+
+// -------------------------------------------------------------- commands --
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"check", "run an operator on generated inputs and verify it exactly", "check [OPTIONS]",
+       "Runs an operator on generated inputs, once per distribution and layout, and verifies each\n"
+       "result exactly against the operator's own fp32 scores; prints a results table.\n"
+       "--op decode runs indexer_topk_paged over a paged cache: one shape (default B 3 x next-n 2\n"
+       "x L 5000), not --T --N --layout --relative.",
+       {kBackend,
+        {"op", "indexer|topk|decode", "operator (default indexer)"},
+        {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
+        {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
+        kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
+        kDecodeL, kDecodeBlockSize},
+       0, dsa::cli::run_check},
+      {"bench", "time operators on a shape grid; prints ms, pairs/s, TFLOP/s", "bench [OPTIONS]",
+       "Times operators on a shape grid and prints ms, pairs/s and TFLOP/s (or TB/s), each timed result\n"
+       "verified exactly. Exit code 1 when any row is wrong or errors.\n"
+       "--op indexer --backend cuda: ms is the fused operator; the table adds our unfused pipeline\n"
+       "(indexer_scores + topk) and its ratio, the fused kernel's math-only control and the exposed\n"
+       "selection time; the fused result is verified against the unfused one.\n"
+       "--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the times\n"
+       "at that ceiling and at the FP8 GEMM rate; --B, --next-n, --L each replace their axis of the\n"
+       "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4).",
+       {kBackend,
+        {"op", "indexer|scores|topk|decode",
+         "operator (default indexer; scores: the scoring kernel alone,\n"
+         "--backend cuda; decode: indexer_topk_paged over a paged cache)"},
+        {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default model-like)"},
+        kLayout,
+        {"grid", "small|h200|decode",
+         "shape grid (default small; h200: the grid of shared/h200.md;\n"
+         "decode: 1-128 rows of 32K-1M keys; --op decode always runs\n"
+         "the decode grid)"},
+        {"T", "N", "with --N: one shape instead of a grid"},
+        {"N", "N", "with --T: one shape instead of a grid"},
+        kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
+        kDecodeBlockSize,
+        {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
+        {"json", "FILE", "also write the results as JSON"},
+        {"no-verify", "", "skip the exactness check of each timed result"},
+        {"baselines", "",
+         "(--op topk --backend cuda) also time CUB's segmented radix\n"
+         "sort and one read of the rows (the floor, timed the same way)"},
+        {"warm-l2", "",
+         "(--backend cuda) do not flush L2 before each timed call\n"
+         "(default: flushed, so inputs come from device memory as on\n"
+         "fresh data)"},
+        {"rest-ms", "M",
+         "(--backend cuda) let the GPU idle M ms before each timed call\n"
+         "(default 0: back to back, as an engine runs; under sustained\n"
+         "load the 700 W cap lowers the clock within some tens of ms,\n"
+         "so long rows time slower)"},
+        {"route", "by-shape|fused|staged",
+         "(--op indexer --backend cuda) the operator's route (default\n"
+         "by shape: staged up to 128K keys)"}},
+       0, dsa::cli::run_bench},
+      {"replay", "run the indexer on a safetensors dump", "replay IN [OPTIONS]",
+       "Runs the indexer on a safetensors dump (q, k, k_scale, w, ks, ke and metadata topk, as\n"
+       "generate writes it or an engine saves it).",
+       {kBackend,
+        {"K", "K", "512, 1024 or 2048 (default: the file's topk)"},
+        kThreads, kDeterministic, kRelative, kSorted, kValues,
+        {"verify", "", "check the result exactly against the operator's own fp32\nscores"},
+        {"out", "FILE", "write indices (and values with --values)"}},
+       1, dsa::cli::run_replay},
+      {"generate", "write a generated problem as a safetensors dump", "generate --out FILE [OPTIONS]",
+       "Writes a generated indexer problem as a safetensors dump for replay.",
+       {{"out", "FILE", "the dump to write (required)"},
+        {"dist", "NAME", std::string(kDistributions) + " (default model-like)"},
+        kLayout, kT, kN,
+        {"K", "K", "the topk the dump records: 512, 1024 or 2048 (default\n2048)"},
+        kHeads, kSeed},
+       0, dsa::cli::run_generate},
+  };
+  return table;
+}
+
+void print_usage() {
+  std::printf(
+      "usage: dsa-topk [COMMAND [OPTIONS]]\n\n"
+      "With no command, runs a short exactness check of every input distribution on the best\n"
+      "available backend and prints a results table.\n\ncommands:\n");
+  for (const Command& c : commands()) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf("\n'dsa-topk COMMAND --help' (or -h) lists a command's options.\n"
+              "Exit code: 0 all passed, 1 a result failed or errored, 2 a usage error.\n");
+}
+
+void print_command_help(const Command& c) {
+  constexpr std::size_t kHelpColumn = 30;
+  std::printf("usage: dsa-topk %s\n\n%s\n\noptions:\n", c.synopsis, c.about);
+  std::vector<OptionSpec> options = c.options;
+  options.push_back({"help", "", "print this help (also -h)"});
+  for (const OptionSpec& o : options) {
+    std::string left = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
+    left += left.size() < kHelpColumn ? std::string(kHelpColumn - left.size(), ' ')
+                                      : "\n" + std::string(kHelpColumn, ' ');
+    std::string help = o.help;
+    for (std::size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1)) {
+      help.insert(at + 1, kHelpColumn, ' ');
+    }
+    std::printf("%s%s\n", left.c_str(), help.c_str());
+  }
+}
+
+const Command* find_command(const std::string& name) {
+  const auto& table = commands();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const Command& c) { return name == c.name; });
+  return it == table.end() ? nullptr : &*it;
+}
+
+int unknown_command(const std::string& word) {
+  std::fprintf(stderr, "dsa-topk: unknown command '%s'%s\n\n", word.c_str(),
+               word.rfind("-", 0) == 0 ? " (options follow the command: dsa-topk COMMAND [OPTIONS])" : "");
+  print_usage();
+  return kUsageError;
+}
+
+// Runs a command: its errors as a message after `prefix` and an exit code.
+template <typename Run>
+int guarded(const std::string& prefix, Run run) {
+  try {
+    return run();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", prefix.c_str(), e.what());
+    return kUsageError;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "%s: out of host memory (std::bad_alloc) running or verifying the operator: a smaller --T or --N "
+                 "(--op decode: --B or --L) needs less\n",
+                 prefix.c_str());
+    return kFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", prefix.c_str(), e.what());
+    return kFailed;
+  }
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2) return dsa::cli::run_default();
-    const std::string command = argv[1];
-    if (command == "-h" || command == "--help" || command == "help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const dsa::cli::Args args(argc, argv, 2);
-    if (command == "check") return dsa::cli::run_check(args);
-    if (command == "bench") return dsa::cli::run_bench(args);
-    if (command == "replay") return dsa::cli::run_replay(args);
-    if (command == "generate") return dsa::cli::run_generate(args);
-    std::fprintf(stderr, "dsa-topk: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dsa-topk: %s\n", e.what());
-    return 2;
+  if (argc < 2) return guarded("dsa-topk", dsa::cli::run_default);
+  const std::string word = argv[1];
+  if (word == "-h" || word == "--help" || (word == "help" && argc == 2)) {
+    print_usage();
+    return 0;
   }
+  if (word == "help") {
+    const Command* c = find_command(argv[2]);
+    if (!c) return unknown_command(argv[2]);
+    print_command_help(*c);
+    return 0;
+  }
+  const Command* command = find_command(word);
+  if (!command) return unknown_command(word);
+  return guarded(std::string("dsa-topk ") + command->name, [&] {
+    const Args args(command->name, command->options, command->max_positional, argc, argv, 2);
+    if (!args.help()) return command->run(args);
+    print_command_help(*command);
+    return 0;
+  });
 }
