@@ -1,14 +1,13 @@
 #include "reference/cpu_reference.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <thread>
 
 #include "common/fp8.h"
+#include "common/parallel.h"
 #include "common/keys.h"
 
 namespace dsa::reference {
@@ -17,12 +16,6 @@ namespace {
 constexpr int kLanes = 16;  // the dot product's documented lane count
 constexpr std::int64_t kScaleBytes = sizeof(float);
 constexpr std::int64_t kPagedSlotBytes = kHeadDim + kScaleBytes;  // a cache slot's key and scale
-
-int resolve_threads(int num_threads) {
-  if (num_threads > 0) return num_threads;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
-}
 
 struct Fp8Table {
   float value[256];
@@ -106,7 +99,7 @@ void paged_group_topk(const PagedIndexerTopkParams& p, const std::vector<std::in
   for (std::int64_t i = 0; i < requests; ++i) offset[i + 1] = offset[i] + length[first + i];
   std::vector<std::uint8_t> keys(static_cast<std::size_t>(num_keys) * kHeadDim);
   std::vector<float> scales(static_cast<std::size_t>(num_keys));
-  parallel_rows(requests, num_threads, [&](std::int64_t i) {
+  parallel_items(requests, num_threads, [&](std::int64_t i) {
     gather_paged_keys(p, first + i, length[first + i], keys.data() + offset[i] * kHeadDim, scales.data() + offset[i]);
   });
 
@@ -147,7 +140,7 @@ DecodedKeys::DecodedKeys(const IndexerInputs& p, int num_threads) : dim_(p.head_
   const Fp8Table& table = fp8_table();
   constexpr std::int64_t kBlock = 4096;
   const std::int64_t blocks = (p.num_keys + kBlock - 1) / kBlock;
-  parallel_rows(blocks, num_threads, [&](std::int64_t b) {
+  parallel_items(blocks, num_threads, [&](std::int64_t b) {
     const std::int64_t end = std::min(p.num_keys, (b + 1) * kBlock);
     for (std::int64_t s = b * kBlock; s < end; ++s) {
       const std::uint8_t* src = p.k + s * p.k_row_stride;
@@ -216,7 +209,7 @@ void select_row(std::span<const float> row, std::int32_t ks, const SelectOptions
 Status indexer_topk_cpu(const IndexerTopkParams& p, int num_threads) {
   const DecodedKeys keys(p, num_threads);
   const int k = p.options.k;
-  parallel_rows(p.num_queries, num_threads, [&](std::int64_t t) {
+  parallel_items(p.num_queries, num_threads, [&](std::int64_t t) {
     thread_local std::vector<float> row;
     score_row(p, keys, t, &row);
     select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
@@ -226,7 +219,7 @@ Status indexer_topk_cpu(const IndexerTopkParams& p, int num_threads) {
 
 Status indexer_scores_cpu(const IndexerScoresParams& p, int num_threads) {
   const DecodedKeys keys(p, num_threads);
-  parallel_rows(p.num_queries, num_threads, [&](std::int64_t t) {
+  parallel_items(p.num_queries, num_threads, [&](std::int64_t t) {
     thread_local std::vector<float> row;
     score_row(p, keys, t, &row);
     float* out = p.scores + t * p.score_stride;
@@ -241,7 +234,7 @@ Status indexer_scores_cpu(const IndexerScoresParams& p, int num_threads) {
 
 Status topk_cpu(const TopkParams& p, int num_threads) {
   const int k = p.options.k;
-  parallel_rows(p.num_rows, num_threads, [&](std::int64_t t) {
+  parallel_items(p.num_rows, num_threads, [&](std::int64_t t) {
     const std::span<const float> row(p.scores + t * p.score_stride + p.ks[t],
                                      static_cast<std::size_t>(p.ke[t] - p.ks[t]));
     select_row(row, p.ks[t], p.options, p.indices + t * k, p.values ? p.values + t * k : nullptr);
@@ -263,7 +256,7 @@ Status indexer_topk_paged_cpu(const PagedIndexerTopkParams& p, int num_threads) 
   }
   if (p.physical_slots) {
     const int k = p.options.k;
-    parallel_rows(p.num_rows(), num_threads, [&](std::int64_t r) {
+    parallel_items(p.num_rows(), num_threads, [&](std::int64_t r) {
       std::int32_t* row = p.indices + r * k;
       for (int i = 0; i < k && row[i] >= 0; ++i) {
         row[i] = static_cast<std::int32_t>(paged_slot(p, r / p.next_n, row[i]));
@@ -275,7 +268,7 @@ Status indexer_topk_paged_cpu(const PagedIndexerTopkParams& p, int num_threads) 
 
 Status merge_topk_cpu(const MergeTopkParams& p, int num_threads) {
   const int k = p.options.k;
-  parallel_rows(p.num_rows, num_threads, [&](std::int64_t r) {
+  parallel_items(p.num_rows, num_threads, [&](std::int64_t r) {
     thread_local std::vector<MergeEntry> entries;
     entries.clear();
     for (std::int64_t part = 0; part < p.num_parts; ++part) {
@@ -337,22 +330,5 @@ void gather_paged_keys(const PagedIndexerInputs& p, std::int64_t b, std::int64_t
   }
 }
 
-void parallel_rows(std::int64_t rows, int num_threads,
-                   const std::function<void(std::int64_t)>& body) {
-  const int threads = static_cast<int>(std::min<std::int64_t>(resolve_threads(num_threads), rows));
-  if (threads <= 1) {
-    for (std::int64_t r = 0; r < rows; ++r) body(r);
-    return;
-  }
-  std::atomic<std::int64_t> next{0};
-  auto worker = [&] {
-    for (std::int64_t r; (r = next.fetch_add(1, std::memory_order_relaxed)) < rows;) body(r);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(threads - 1));
-  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-}
 
 }  // namespace dsa::reference

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -85,9 +84,5 @@ std::int64_t paged_scale_offset(int block_size, std::int64_t slot);
 // scales [len].
 void gather_paged_keys(const PagedIndexerInputs& params, std::int64_t b, std::int64_t len, std::uint8_t* keys,
                        float* scales);
-
-// Runs body(row) for row in [0, rows) on `num_threads` threads (0 = all cores),
-// rows handed out dynamically in small chunks.
-void parallel_rows(std::int64_t rows, int num_threads, const std::function<void(std::int64_t)>& body);
 
 }  // namespace dsa::reference

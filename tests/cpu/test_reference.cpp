@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/parallel.h"
 #include "reference/cpu_reference.h"
 #include "tools/checker.h"
 #include "tools/generators.h"
@@ -23,7 +24,7 @@ using tools::Layout;
 std::vector<std::vector<float>> reference_scores(const IndexerTopkParams& p) {
   const reference::DecodedKeys keys(p, 0);
   std::vector<std::vector<float>> rows(static_cast<std::size_t>(p.num_queries));
-  reference::parallel_rows(p.num_queries, 0, [&](std::int64_t t) { reference::score_row(p, keys, t, &rows[t]); });
+  parallel_items(p.num_queries, 0, [&](std::int64_t t) { reference::score_row(p, keys, t, &rows[t]); });
   return rows;
 }
 

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baselines.h"
+#include "common/parallel.h"
 #include "device_run.h"
 #include "l2_flush.h"
 #include "power_state.h"
@@ -405,18 +406,18 @@ tools::CheckReport check_in_parallel(std::int64_t T, const std::int32_t* ks, con
                                      const tools::TopkOutput& out, int threads) {
   constexpr std::int64_t kMaxFailures = 8;
   constexpr auto kPoll = std::chrono::milliseconds(250);
-  const std::int64_t workers = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t block = std::max<std::int64_t>(1, (T + workers - 1) / workers);
+  const std::int64_t block = std::max<std::int64_t>(1, (T + worker_count(threads) - 1) / worker_count(threads));
   const std::int64_t blocks = (T + block - 1) / block;
   std::vector<tools::CheckReport> reports(static_cast<std::size_t>(blocks));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(blocks));
   std::atomic<std::int64_t> rows_started{0};  // what the progress line counts
   std::mutex mutex;
   std::condition_variable finished;
-  std::int64_t running = blocks;  // guarded by mutex
-  std::vector<std::thread> pool;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    pool.emplace_back([&, b] {
+  bool done = false;  // guarded by mutex
+  // The blocks run on the shared workers (common/parallel.h) from a thread of
+  // their own, so this one can print the progress line meanwhile.
+  std::jthread runner([&] {
+    parallel_items(blocks, threads, [&](std::int64_t b) {
       try {
         const std::int64_t first = b * block;
         const tools::RowScoresFn scores = block_scores(first);
@@ -436,17 +437,17 @@ tools::CheckReport check_in_parallel(std::int64_t T, const std::int32_t* ks, con
       } catch (...) {
         errors[b] = std::current_exception();
       }
-      const std::lock_guard<std::mutex> lock(mutex);
-      --running;
-      finished.notify_one();
     });
-  }
+    const std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+    finished.notify_one();
+  });
   Progress progress("verifying", T);
   {
     std::unique_lock<std::mutex> lock(mutex);
-    while (!finished.wait_for(lock, kPoll, [&] { return running == 0; })) progress.update(rows_started);
+    while (!finished.wait_for(lock, kPoll, [&] { return done; })) progress.update(rows_started);
   }
-  for (std::thread& t : pool) t.join();
+  runner.join();
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }
