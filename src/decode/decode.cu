@@ -18,11 +18,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <string>
 
 #include "common/cuda_status.h"
 #include "common/keys.h"
+#include "common/paged.h"
 #include "common/workspace.h"
 #include "scoring/launch.cuh"
 #include "selection/topk/topk.h"
@@ -38,25 +40,6 @@ Status cuda_error(cudaError_t err, const char* op, const char* what) {
   return cuda_status(err, std::string(op) + ": " + what);
 }
 
-int log2_exact(int n) {
-  int s = 0;
-  while ((1 << s) < n) ++s;
-  return s;
-}
-
-
-Status check_workspace(const char* op, void* workspace, std::size_t bytes, std::size_t needed) {
-  if (needed == 0) return Status::Ok();
-  if (workspace == nullptr || bytes < needed) {
-    return {StatusCode::kInvalidArgument, std::string("ctx.workspace: the CUDA ") + op + " needs " +
-                                              std::to_string(needed) + " bytes (" + op + "_workspace_size), got " +
-                                              std::to_string(workspace == nullptr ? 0 : bytes)};
-  }
-  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlign != 0) {
-    return {StatusCode::kInvalidArgument, "ctx.workspace: must be 256-byte aligned"};
-  }
-  return Status::Ok();
-}
 
 // ------------------------------------------------------------ paged plan ---
 
@@ -65,16 +48,12 @@ Status check_workspace(const char* op, void* workspace, std::size_t bytes, std::
 // not a quarter of a 256-column one), and the launch rows per request, a
 // power of two (PagedKeys shifts by its log): whole blocks, a block never
 // spanning two requests.
-int round_up_pow2(int n) {
-  int p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
 int block_columns(const PagedIndexerTopkParams& p) {
-  return std::clamp(p.num_heads * round_up_pow2(p.next_n), 64, scoring::kTileCols);
+  return std::clamp(p.num_heads * static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n))), 64,
+                    scoring::kTileCols);
 }
 std::int64_t rows_per_request(const PagedIndexerTopkParams& p) {
-  return std::max(round_up_pow2(p.next_n), block_columns(p) / p.num_heads);
+  return std::max(static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n))), block_columns(p) / p.num_heads);
 }
 
 struct PagedLayout {
@@ -127,9 +106,8 @@ struct PrepareArgs {
 // Row (b, j)'s length, clamped to [0, max_context] (contract: lengths past it
 // are rejected when range checking is on, clamped otherwise).
 __device__ __forceinline__ std::int32_t row_length(const PrepareArgs& a, std::int64_t b, std::int32_t j) {
-  const std::int64_t len = a.lens_per_token ? static_cast<std::int64_t>(a.context_lens[b * a.next_n + j])
-                                            : static_cast<std::int64_t>(a.context_lens[b]) - a.next_n + j + 1;
-  return static_cast<std::int32_t>(min(max(len, std::int64_t{0}), static_cast<std::int64_t>(a.max_context)));
+  return static_cast<std::int32_t>(min(paged_row_length(a.context_lens, a.lens_per_token, b, a.next_n, j),
+                                       static_cast<std::int64_t>(a.max_context)));
 }
 
 // One thread per launch row: its range; with padded_w, one per (row, head)
@@ -348,7 +326,7 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
   auto* padded_w = l.padded ? workspace_piece<float>(workspace, l.w) : nullptr;
   auto* scores = workspace_piece<float>(workspace, l.scores);
   const int K = p.options.k;
-  const int shift = log2_exact(p.block_size);
+  const int shift = std::countr_zero(static_cast<unsigned>(p.block_size));  // a power of two (validated)
   {
     const PrepareArgs args{p.context_lens,
                            p.w,
@@ -384,7 +362,7 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                                   static_cast<std::int32_t>(p.max_blocks_per_seq),
                                   static_cast<std::int32_t>(p.num_blocks),
                                   shift,
-                                  log2_exact(static_cast<int>(l.rows_per_request)),
+                                  std::countr_zero(static_cast<unsigned>(l.rows_per_request)),
                                   p.next_n};
     Status st = launch_paged_scoring(in, block_columns(p), scoring::StoreSink{scores, l.stride}, stream, keys);
     if (!st.ok()) return st;

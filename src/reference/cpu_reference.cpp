@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/fp8.h"
+#include "common/paged.h"
 #include "common/parallel.h"
 #include "common/keys.h"
 
@@ -292,9 +293,7 @@ Status merge_topk_cpu(const MergeTopkParams& p, int num_threads) {
 }
 
 std::int64_t paged_row_length(const PagedIndexerInputs& p, std::int64_t b, int j) {
-  const std::int64_t len = p.lens_per_token ? std::int64_t{p.context_lens[b * p.next_n + j]}
-                                            : std::int64_t{p.context_lens[b]} - p.next_n + j + 1;
-  return std::max<std::int64_t>(len, 0);
+  return ::dsa::paged_row_length(p.context_lens, p.lens_per_token, b, p.next_n, j);
 }
 
 std::int64_t paged_request_length(const PagedIndexerInputs& p, std::int64_t b) {
