@@ -305,14 +305,9 @@ std::size_t workspace_size(const IndexerTopkParams& params, const FusedHooks& ho
 Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream, void* workspace,
                            std::size_t workspace_bytes, const FusedHooks& hooks) {
   if (params.num_queries == 0) return Status::Ok();
-  const std::size_t needed = workspace_size(params, hooks);
-  if (workspace == nullptr || workspace_bytes < needed) {
-    return {StatusCode::kInvalidArgument, "ctx.workspace: the CUDA indexer_topk needs " + std::to_string(needed) +
-                                              " bytes (indexer_topk_workspace_size), got " +
-                                              std::to_string(workspace == nullptr ? 0 : workspace_bytes)};
-  }
-  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlign != 0) {
-    return {StatusCode::kInvalidArgument, "ctx.workspace: must be 256-byte aligned"};
+  if (Status st = check_workspace("indexer_topk", workspace, workspace_bytes, workspace_size(params, hooks));
+      !st.ok()) {
+    return st;
   }
   switch (params.options.k) {
     case 512: return launch<512>(params, stream, workspace, hooks);

@@ -129,7 +129,8 @@ struct PagedKeys {
   std::int32_t next_n;              // rows of q per request
 
   __host__ __device__ std::int32_t block_size() const { return 1 << block_shift; }
-  std::int32_t box_rows() const { return block_size() < kTileKeys ? block_size() : kTileKeys; }
+  // Keys a box loads: one block's, up to a tile.
+  __host__ __device__ std::int32_t box_rows() const { return block_size() < kTileKeys ? block_size() : kTileKeys; }
   std::int64_t q_rows(std::int64_t num_queries) const { return (num_queries >> request_shift) * next_n; }
   __host__ __device__ std::uint32_t block_bytes() const { return static_cast<std::uint32_t>(block_size()) * (kHeadDim + sizeof(float)); }
   // Keys through a tensor map; scales by plain bulk copies (a block of 16
@@ -192,7 +193,7 @@ struct PagedKeys {
   __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
                                             const CUtensorMap* scale_map, Unit& at, std::int32_t key0,
                                             std::uint64_t* full) const {
-    const std::int32_t box = min(1 << block_shift, kTileKeys);
+    const std::int32_t box = box_rows();
     const std::int32_t mask = (1 << block_shift) - 1;
 #pragma unroll
     for (int sub = 0; sub < kTileKeys / 16; ++sub) {  // a box of >= 16 keys (block sizes 16-128)
