@@ -14,16 +14,10 @@
 #include <tuple>
 
 #include "common/cuda_status.h"
+#include "common/device_limits.h"
 #include "dsa_topk/dsa_topk.h"
 
 namespace dsa {
-
-struct DeviceLimits {
-  int sm_count = 0;
-  int smem_per_sm = 0;         // bytes of shared memory an SM has
-  int reserved_per_block = 0;  // bytes the runtime reserves per CTA
-  int l2_bytes = 0;            // bytes of L2
-};
 
 class LaunchCache {
  public:

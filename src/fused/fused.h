@@ -15,12 +15,14 @@
 //      a row whose certificate fails is flagged;
 //   4. repair: flagged rows are rescored into a bounded buffer, batch by
 //      batch, and finished by the standalone top-k (exact by construction).
-// Shapes staged_by_shape() picks take the staged route instead: every row
-// goes the repair path's way (scores of a batch of rows into the bounded
-// buffer, then the standalone top-k). Short rows make the fused filter
-// stage about half of their scores (K is a third to a half of an 8K row),
-// so its candidate traffic is the score matrix's, and the standalone
+// Shapes staged_by_shape() picks (plan.h) take the staged route instead:
+// every row goes the repair path's way (scores of a batch of rows into the
+// bounded buffer, then the standalone top-k). Short rows make the fused
+// filter stage about half of their scores (K is a third to a half of an 8K
+// row), so its candidate traffic is the score matrix's, and the standalone
 // top-k's resident kernel selects such rows faster than the select stage.
+// make_plan (plan.h) picks the route and sets out every stage's launches and
+// the workspace; launch_indexer_topk walks that plan.
 #pragma once
 
 #include <cstddef>
@@ -34,24 +36,8 @@ namespace dsa::fused {
 enum class FusedPath : std::uint32_t {
   kCertified = 1,  // fused_certified() held: selected from the staged entries
   kRepaired,       // the certificate failed (underflow or overflow): repair path
-  kStaged,         // the staged route (kStagedMaxKeys): scored, then the standalone top-k
+  kStaged,         // the staged route (plan.h): scored, then the standalone top-k
 };
-
-// Up to this many keys (num_keys) the operator takes the staged route. The
-// unfused pipeline measures faster than the fused stages up to 32K (4096 x
-// 8K 0.553 against 0.858 ms, 16K 1.149 against 1.416, 32K 2.414 against
-// 2.508; docs/perf-log.md, F17), and so does the staged route at 4096 x 64K
-// (4.17 against 4.53 ms) and 128K (8.68-8.89 against 8.96; F19). At 4096 x
-// 256K the fused route is faster (staged 1.045x its time, F20), so longer
-// rows keep the fused route.
-inline constexpr std::int64_t kStagedMaxKeys = 131072;
-
-// The route FusedHooks::Route::kByShape takes: staged when num_keys <=
-// kStagedMaxKeys, or when every row's scores fit 256 MB (one scoring launch
-// and one top-k launch): there the unfused pipeline beats the fused stages
-// too (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161;
-// docs/perf-log.md, F18).
-bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys);
 
 struct FusedRowTrace {
   FusedPath path;
@@ -94,7 +80,7 @@ struct FusedHooks {
   // cover both widths at any T.
   enum class SelectWidth { kByRows, kNarrow, kWide } select_width = SelectWidth::kByRows;
   std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
-  // The route: by num_keys (kStagedMaxKeys) unless pinned. Forcing tau
+  // The route: by shape (staged_by_shape, plan.h) unless pinned. Forcing tau
   // implies the fused route (only it has a threshold).
   enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
   // Rows a batch of the staged route scores and selects (0: as many as the
@@ -108,7 +94,8 @@ struct FusedHooks {
 constexpr std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
 
 // Bytes of workspace launch_indexer_topk needs for params with these hooks
-// (the route they take: the staged route needs only its batch buffer).
+// (the route they take: the staged route needs only its batch buffer): the
+// total of make_plan's layout (plan.h).
 std::size_t workspace_size(const IndexerTopkParams& params, const FusedHooks& hooks = {});
 
 // Runs the fused operator (arguments already validated; device pointers).

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/keys.h"
+#include "fused/config.h"
 #include "fused/fused.h"
 #include "scoring/schedule.cuh"
 #include "selection/device/candidates.cuh"
@@ -16,15 +17,6 @@
 #include "selection/device/radix.cuh"
 
 namespace dsa::fused {
-
-// Threads per row: 256 lets four rows share an SM; when there are too few
-// rows to fill the GPU (small T), a row's latency is the stage's time, and
-// a block of K / 2 threads, up to 1024 (two sorted items each: with one,
-// K = 1024's block has 64 registers per thread and spills), cuts each pass
-// over the candidates by up to 4x.
-inline constexpr int kSelectThreads = 256;
-template <int K>
-inline constexpr int kSelectThreadsWide = K / 2 < 1024 ? K / 2 : 1024;
 
 // The candidates of rows with up to kStaged of them are copied to shared
 // memory once; larger sets (overflowing rows that still certify) are read

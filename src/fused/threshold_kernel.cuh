@@ -7,15 +7,13 @@
 #include <cstdint>
 
 #include "common/keys.h"
+#include "fused/config.h"
 #include "fused/fused.h"
 #include "scoring/schedule.cuh"
 #include "selection/device/radix.cuh"
 
 namespace dsa::fused {
 
-inline constexpr std::int64_t kMinSamples = 256;
-inline constexpr std::int64_t kMaxSamples = 16384;  // the threshold kernel holds a row's samples in shared memory
-inline constexpr int kThresholdThreads = 256;
 // Rank guard in standard deviations (model.h step 1): underflow, the costly
 // failure (a repair), is a ~4-sigma event per row.
 inline constexpr double kGuard = 4.0;

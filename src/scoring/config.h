@@ -13,12 +13,12 @@
 #include "common/sm90/barrier.cuh"
 #include "dsa_topk/dsa_topk.h"
 #include "scoring/schedule.cuh"
+#include "scoring/tile.h"
 
 namespace dsa::scoring {
 
 using ::dsa::kHeadDim;                       // D (dsa_topk.h): bytes of one FP8 row
-inline constexpr int kTileKeys = 64;         // M of one wgmma: keys per tile
-inline constexpr int kTileCols = 256;        // N of one wgmma: (query, head) columns
+// kTileKeys, kTileCols: scoring/tile.h.
 inline constexpr int kStages = 8;            // key tiles in flight
 inline constexpr int kMathWarpgroups = 2;    // alternate tiles (ping-pong)
 inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);  // warpgroup 0 produces

@@ -24,6 +24,7 @@
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
 #include "fused/fused.h"
+#include "fused/plan.h"
 #include "gpu_test_util.h"
 #include "tools/checker.h"
 #include "tools/generators.h"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fused/fused.h"
+#include "fused/plan.h"
 #include "reference/cpu_reference.h"
 #include "timing.cuh"
 
