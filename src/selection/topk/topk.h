@@ -29,7 +29,7 @@ enum class TopkEngine {
   kAuto,         // the resident kernel for num_cols <= kResidentMaxLen, else
                  //   sampled: wide when num_rows <= the SM count and K >= 1024
                  //   (split over clusters when the rows are few and long enough,
-                 //   launch_plan.h), LongRows64K up to its kMaxLen, LongRows beyond
+                 //   plan.h), LongRows64K up to its kMaxLen, LongRows beyond
   kSampled,      // the sampled-threshold kernel (topk_kernel.cuh) at any length,
                  //   512 threads a row (LongRows)
   kSampled64K,   // the sampled kernel with LongRows64K's smaller buffers;
@@ -78,9 +78,9 @@ struct TopkHooks {
   // (which calls sm90::allow_dependent_launch): the top-k's CTAs may take
   // the SMs that kernel's CTAs leave and wait there for its end before they
   // read anything, instead of being launched after it. The launcher
-  // declines where that measured slower (launch_programmatic in
-  // launch_plan.h: the resident kernel with fewer rows than the device
-  // holds CTAs of it).
+  // declines where that measured slower (launch_programmatic in plan.h:
+  // the resident kernel with fewer rows than the device holds CTAs of
+  // it).
   bool after_producer = false;
 };
 

@@ -1,9 +1,18 @@
-// Host-side launch arithmetic of the standalone top-k, kept apart from the
-// launcher so that CPU tests can check it.
+// The standalone top-k's host-side plan (topk.h): from the shape, the
+// device's limits and the hooks, the kernel instance (engine and geometry),
+// whether and how a row splits over a cluster, the programmatic launch and
+// the row prefetch. Pure functions with no CUDA header, so CPU tests check
+// them; launch_topk reads the limits, plans, and only maps the plan to a
+// kernel instance and its attributes.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+
+#include "common/device_limits.h"
+#include "dsa_topk/dsa_topk.h"
+#include "selection/topk/geometry.h"
+#include "selection/topk/topk.h"
 
 namespace dsa::selection::topk {
 
@@ -49,6 +58,7 @@ constexpr bool rows_may_split(std::int64_t num_cols) { return num_cols > kMinSpl
 
 // Cluster sizes of a split row: 2 << i CTAs for i < kSplitSizes (2 to 16).
 inline constexpr int kSplitSizes = 4;
+static_assert(kMaxSplit == 2 << (kSplitSizes - 1), "the split's shared plan holds the largest cluster's counts");
 
 // CTAs a row for a launch of num_rows rows of up to num_cols keys when the
 // device holds clusters[i] clusters of 2 << i CTAs of the split kernel at
@@ -82,5 +92,41 @@ constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, c
 constexpr bool launch_programmatic(bool after_producer, bool resident, std::int64_t num_rows, int ctas_on_device) {
   return after_producer && !(resident && num_rows < ctas_on_device);
 }
+
+// The kernel instance a launch runs: the kernel and its geometry
+// (geometry.h).
+enum class TopkGeometry {
+  kResident8K,   // topk_resident_kernel, ResidentRows8K
+  kResident16K,  // topk_resident_kernel, ResidentRows16K
+  kSplitRows,    // topk_split_kernel, WideRows: each row over a cluster of CTAs
+  kWideRows,     // topk_kernel, WideRows
+  kLongRows64K,  // topk_kernel, LongRows64K
+  kLongRows,     // topk_kernel, LongRows
+};
+
+struct TopkPlan {
+  TopkGeometry geometry = TopkGeometry::kLongRows;
+  int threads = 0;          // a CTA's (the geometry's kThreads)
+  int min_ctas_per_sm = 0;  // the geometry's kMinCtasPerSm: the carveout keeps that many resident
+  int ctas_on_device = 0;   // SMs x min_ctas_per_sm: CTAs running at once
+  // kSplitRows: split_ctas_for picks the CTAs a row once the device's
+  // cluster occupancy is read, and a pick of 1 runs topk_kernel with
+  // WideRows (the same threads and CTAs an SM) instead.
+  bool split_pinned = false;  // TopkEngine::kSampledSplit: at least 2 CTAs a row
+  int split_ctas = 0;         // pinned: TopkHooks::split_ctas (0: picked)
+  bool programmatic = false;  // launched after the scores' producer (launch_programmatic)
+};
+
+// The plan of launch_topk(params, ..., hooks) on a device with these limits
+// (params validated). kInvalidArgument when the hooks pin an engine the
+// shape or K cannot take, or a split that is not 2, 4, 8 or 16 CTAs.
+Status make_plan(const TopkParams& params, const DeviceLimits& limits, const TopkHooks& hooks, TopkPlan* plan);
+
+// CTAs a row of a kSplitRows plan for num_rows rows of up to num_cols keys
+// when the device holds clusters[i] clusters of 2 << i CTAs of the split
+// kernel at once: the pinned count, else split_cluster_size's (at least 2
+// when the engine is pinned; 1: the rows do not split).
+int split_ctas_for(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols,
+                   const int (&clusters)[kSplitSizes]);
 
 }  // namespace dsa::selection::topk
