@@ -4,7 +4,7 @@
 // by batch of requests: the scoring kernel with PagedKeys (keys and scales
 // read through each request's block-table row) writes a bounded buffer of
 // scores, and the standalone top-k selects every row from it. Rows are the
-// requests' rows padded to whole query blocks (block_columns), so a prepare
+// requests' rows padded to whole query blocks (decode/plan.h), so a prepare
 // kernel writes each launch row's range [0, len) and, where padding rows
 // exist, its head weights; a map kernel writes the real rows' results
 // (positions or physical slots). Lengths are read on the device: no host
@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <string>
 
@@ -26,67 +25,15 @@
 #include "common/keys.h"
 #include "common/paged.h"
 #include "common/workspace.h"
+#include "decode/plan.h"
 #include "scoring/launch.cuh"
 #include "selection/topk/topk.h"
 
 namespace dsa::decode {
 namespace {
 
-// The scores buffer: rows are scored batch by batch into at most this many
-// bytes (at least one request), as the prefill operator's staged route does.
-constexpr std::size_t kScoresBytes = std::size_t{512} << 20;
-
 Status cuda_error(cudaError_t err, const char* op, const char* what) {
   return cuda_status(err, std::string(op) + ": " + what);
-}
-
-
-// ------------------------------------------------------------ paged plan ---
-
-// The query blocks of a launch: kCols = H x (next_n rounded up to a power of
-// two), 64 to 256 columns (so one token of H = 64 is a 64-column block,
-// not a quarter of a 256-column one), and the launch rows per request, a
-// power of two (PagedKeys shifts by its log): whole blocks, a block never
-// spanning two requests.
-int block_columns(const PagedIndexerTopkParams& p) {
-  return std::clamp(p.num_heads * static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n))), 64,
-                    scoring::kTileCols);
-}
-std::int64_t rows_per_request(const PagedIndexerTopkParams& p) {
-  return std::max(static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n))), block_columns(p) / p.num_heads);
-}
-
-struct PagedLayout {
-  std::int64_t rows_per_request = 0;
-  std::int64_t stride = 0;          // floats per scored row
-  std::int64_t batch_requests = 0;  // requests per batch of the scores buffer
-  bool padded = false;              // launch rows differ from the output's rows
-  bool mapped = false;              // the top-k writes the workspace, a map kernel the output
-  std::size_t ks = 0, ke = 0, w = 0, scores = 0, indices = 0, values = 0, total = 0;
-};
-
-PagedLayout paged_layout(const PagedIndexerTopkParams& p) {
-  PagedLayout l;
-  l.rows_per_request = rows_per_request(p);
-  l.stride = std::max<std::int64_t>(4, (p.max_context() + 3) / 4 * 4);
-  const auto request_bytes = static_cast<std::size_t>(l.rows_per_request * l.stride) * sizeof(float);
-  l.batch_requests = std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
-                                              std::max<std::int64_t>(p.batch, 1));
-  l.padded = l.rows_per_request != p.next_n;
-  l.mapped = l.padded || p.physical_slots;
-  const auto rows = static_cast<std::size_t>(p.batch * l.rows_per_request);
-  const auto batch_rows = static_cast<std::size_t>(l.batch_requests * l.rows_per_request);
-  const auto K = static_cast<std::size_t>(p.options.k);
-  WorkspaceLayout pieces;
-  const auto take = [&](std::size_t bytes) { return pieces.take(bytes); };
-  l.ks = take(rows * sizeof(std::int32_t));
-  l.ke = take(rows * sizeof(std::int32_t));
-  l.w = take(l.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
-  l.scores = take(batch_rows * static_cast<std::size_t>(l.stride) * sizeof(float));
-  l.indices = take(l.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
-  l.values = take(l.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
-  l.total = pieces.total();
-  return l;
 }
 
 struct PrepareArgs {
@@ -170,8 +117,6 @@ __global__ void paged_map_kernel(const MapArgs a) {
     if (a.values != nullptr) a.values[i] = a.rows_values[from];
   }
 }
-
-int grid_for(std::int64_t items) { return static_cast<int>(std::clamp<std::int64_t>((items + 255) / 256, 1, 4096)); }
 
 // ----------------------------------------------------------------- merge ---
 
@@ -310,43 +255,40 @@ Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& si
 
 }  // namespace
 
-std::size_t paged_workspace_size(const PagedIndexerTopkParams& params) {
-  if (params.num_rows() == 0) return 0;
-  return paged_layout(params).total;
-}
-
 Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* stream, void* workspace,
                                  std::size_t workspace_bytes) {
   constexpr const char* kOp = "indexer_topk_paged";
   if (p.num_rows() == 0) return Status::Ok();
-  const PagedLayout l = paged_layout(p);
-  if (Status st = check_workspace(kOp, workspace, workspace_bytes, l.total); !st.ok()) return st;
-  auto* ks = workspace_piece<std::int32_t>(workspace, l.ks);
-  auto* ke = workspace_piece<std::int32_t>(workspace, l.ke);
-  auto* padded_w = l.padded ? workspace_piece<float>(workspace, l.w) : nullptr;
-  auto* scores = workspace_piece<float>(workspace, l.scores);
+  const PagedPlan plan = make_plan(p);
+  const PagedWorkspace& w = plan.workspace;
+  if (Status st = check_workspace(kOp, workspace, workspace_bytes, w.total); !st.ok()) return st;
+  auto* ks = workspace_piece<std::int32_t>(workspace, w.ks);
+  auto* ke = workspace_piece<std::int32_t>(workspace, w.ke);
+  auto* padded_w = plan.padded ? workspace_piece<float>(workspace, w.w) : nullptr;
+  auto* scores = workspace_piece<float>(workspace, w.scores);
   const int K = p.options.k;
-  const int shift = std::countr_zero(static_cast<unsigned>(p.block_size));  // a power of two (validated)
+  const auto rows_per_request = static_cast<std::int32_t>(plan.rows_per_request);
   {
     const PrepareArgs args{p.context_lens,
                            p.w,
                            p.batch,
                            p.next_n,
                            p.num_heads,
-                           static_cast<std::int32_t>(l.rows_per_request),
+                           rows_per_request,
                            p.lens_per_token,
-                           p.num_blocks > 0 ? static_cast<std::int32_t>(p.max_context()) : 0,
+                           plan.max_row_length,
                            ks,
                            ke,
                            padded_w};
-    const std::int64_t rows = p.batch * l.rows_per_request;
-    paged_prepare_kernel<<<grid_for(padded_w != nullptr ? rows * p.num_heads : rows), 256, 0, stream>>>(args);
+    const LaunchGrid& g = plan.prepare;
+    paged_prepare_kernel<<<g.blocks, g.threads, g.smem_bytes, stream>>>(args);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return cuda_error(err, kOp, "prepare kernel launch");
   }
-  for (std::int64_t first = 0; first < p.batch; first += l.batch_requests) {
-    const std::int64_t requests = std::min(l.batch_requests, p.batch - first);
-    const std::int64_t row0 = first * l.rows_per_request, rows = requests * l.rows_per_request;
+  for (std::int64_t b = 0; b < plan.batches.count(); ++b) {
+    const Batch batch = plan.batches[b];
+    const std::int64_t first = batch.first, requests = batch.size;
+    const std::int64_t row0 = first * plan.rows_per_request, rows = requests * plan.rows_per_request;
     IndexerInputs in;
     in.q = p.q + first * p.next_n * p.num_heads * kHeadDim;
     in.w = padded_w != nullptr ? padded_w + row0 * p.num_heads : p.w + first * p.next_n * p.num_heads;
@@ -361,10 +303,11 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                                   p.block_table_stride,
                                   static_cast<std::int32_t>(p.max_blocks_per_seq),
                                   static_cast<std::int32_t>(p.num_blocks),
-                                  shift,
-                                  std::countr_zero(static_cast<unsigned>(l.rows_per_request)),
+                                  plan.block_shift,
+                                  plan.rows_per_request_shift,
                                   p.next_n};
-    Status st = launch_paged_scoring(in, block_columns(p), scoring::StoreSink{scores, l.stride}, stream, keys);
+    Status st =
+        launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys);
     if (!st.ok()) return st;
     TopkParams tp;
     tp.scores = scores;
@@ -372,31 +315,32 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
     tp.ke = in.ke;
     tp.num_rows = rows;
     tp.num_cols = p.max_context();
-    tp.score_stride = l.stride;
-    tp.indices = l.mapped ? workspace_piece<std::int32_t>(workspace, l.indices) : p.indices + first * p.next_n * K;
+    tp.score_stride = plan.score_stride;
+    tp.indices = plan.mapped ? workspace_piece<std::int32_t>(workspace, w.indices) : p.indices + first * p.next_n * K;
     tp.values = p.values == nullptr ? nullptr
-                : l.mapped          ? workspace_piece<float>(workspace, l.values)
+                : plan.mapped       ? workspace_piece<float>(workspace, w.values)
                                     : p.values + first * p.next_n * K;
     tp.options = p.options;
     selection::topk::TopkHooks th;
     th.after_producer = scoring::scoring_launches(in);
     st = selection::topk::launch_topk(tp, stream, th);
     if (!st.ok()) return st;
-    if (l.mapped) {
+    if (plan.mapped) {
       const MapArgs args{tp.indices,
                          tp.values,
                          table,
                          p.block_table_stride,
                          static_cast<std::int32_t>(p.max_blocks_per_seq),
-                         shift,
+                         plan.block_shift,
                          requests,
                          p.next_n,
-                         static_cast<std::int32_t>(l.rows_per_request),
+                         rows_per_request,
                          K,
                          p.physical_slots,
                          p.indices + first * p.next_n * K,
                          p.values != nullptr ? p.values + first * p.next_n * K : nullptr};
-      paged_map_kernel<<<grid_for(requests * p.next_n * K), 256, 0, stream>>>(args);
+      const LaunchGrid g = plan.map_grid(requests);
+      paged_map_kernel<<<g.blocks, g.threads, g.smem_bytes, stream>>>(args);
       const cudaError_t err = cudaGetLastError();
       if (err != cudaSuccess) return cuda_error(err, kOp, "map kernel launch");
     }

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/batches.h"
 #include "common/device_limits.h"
+#include "common/launch_plan.h"
 #include "dsa_topk/dsa_topk.h"
 #include "fused/fused.h"
 
@@ -46,13 +46,6 @@ enum class FusedRoute {
 // at K = 2048), which keeps the candidate count near K (1 + guard / sqrt(e)).
 struct SamplePlan {
   std::int64_t step = 1, offset = 0, count = 0;  // sample i is key i * step + offset, i < count
-};
-
-// A one-dimensional launch: blocks of threads, and its dynamic shared memory.
-struct LaunchGrid {
-  unsigned blocks = 0;
-  unsigned threads = 0;
-  int smem_bytes = 0;
 };
 
 // Byte offsets of the workspace's pieces, laid end to end in this order,

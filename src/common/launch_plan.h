@@ -1,6 +1,5 @@
-// Work done batch by batch through a bounded buffer (the scores of a batch of
-// rows, or of a batch of requests): batches of `per_batch` items from item 0,
-// the last one shorter when per_batch does not divide the items.
+// Parts of the operators' host plans (fused/plan.h, decode/plan.h). No CUDA
+// header.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +7,16 @@
 
 namespace dsa {
 
+// A one-dimensional launch: blocks of threads, and its dynamic shared memory.
+struct LaunchGrid {
+  unsigned blocks = 0;
+  unsigned threads = 0;
+  int smem_bytes = 0;
+};
+
+// Work done batch by batch through a bounded buffer (the scores of a batch of
+// rows, or of a batch of requests): batches of `per_batch` items from item 0,
+// the last one shorter when per_batch does not divide the items.
 struct Batch {
   std::int64_t first = 0;  // its first item
   std::int64_t size = 0;   // its items, >= 1

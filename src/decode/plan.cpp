@@ -1,0 +1,74 @@
+// The paged indexer's plan (plan.h), and paged_workspace_size (decode.h),
+// its total.
+#include "decode/plan.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "common/workspace.h"
+#include "decode/decode.h"
+#include "scoring/tile.h"
+
+namespace dsa::decode {
+namespace {
+
+// The scores buffer: rows are scored batch by batch into at most this many
+// bytes (at least one request), as the prefill operator's staged route does.
+constexpr std::size_t kScoresBytes = std::size_t{512} << 20;
+
+// The prepare and map kernels: a thread an item, in at most kMaxItemBlocks
+// blocks (they loop over the rest).
+constexpr std::int64_t kItemThreads = 256;
+constexpr std::int64_t kMaxItemBlocks = 4096;
+
+LaunchGrid item_grid(std::int64_t items) {
+  return {static_cast<unsigned>(std::clamp<std::int64_t>((items + kItemThreads - 1) / kItemThreads, 1, kMaxItemBlocks)),
+          kItemThreads, 0};
+}
+
+PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
+  const auto rows = static_cast<std::size_t>(p.batch * plan.rows_per_request);
+  const auto batch_rows = static_cast<std::size_t>(plan.batches.per_batch * plan.rows_per_request);
+  const auto K = static_cast<std::size_t>(p.options.k);
+  WorkspaceLayout pieces;
+  PagedWorkspace w;
+  w.ks = pieces.take(rows * sizeof(std::int32_t));
+  w.ke = pieces.take(rows * sizeof(std::int32_t));
+  w.w = pieces.take(plan.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
+  w.scores = pieces.take(batch_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
+  w.indices = pieces.take(plan.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
+  w.values = pieces.take(plan.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
+  w.total = pieces.total();
+  return w;
+}
+
+}  // namespace
+
+LaunchGrid PagedPlan::map_grid(std::int64_t requests) const { return item_grid(requests * map_items_per_request); }
+
+PagedPlan make_plan(const PagedIndexerTopkParams& p) {
+  PagedPlan plan;
+  if (p.num_rows() == 0) return plan;
+  const int tokens = static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n)));
+  plan.block_columns = std::clamp(p.num_heads * tokens, 64, scoring::kTileCols);
+  plan.rows_per_request = std::max(tokens, plan.block_columns / p.num_heads);
+  // Both powers of two (block_size validated).
+  plan.rows_per_request_shift = std::countr_zero(static_cast<unsigned>(plan.rows_per_request));
+  plan.block_shift = std::countr_zero(static_cast<unsigned>(p.block_size));
+  plan.max_row_length = p.num_blocks > 0 ? static_cast<std::int32_t>(p.max_context()) : 0;
+  plan.score_stride = scoring::score_row_stride(p.max_context());
+  plan.padded = plan.rows_per_request != p.next_n;
+  plan.mapped = plan.padded || p.physical_slots;
+  const auto request_bytes = static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
+  plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
+                                                    std::max<std::int64_t>(p.batch, 1))};
+  const std::int64_t launch_rows = p.batch * plan.rows_per_request;
+  plan.prepare = item_grid(plan.padded ? launch_rows * p.num_heads : launch_rows);
+  plan.map_items_per_request = static_cast<std::int64_t>(p.next_n) * p.options.k;
+  plan.workspace = layout(p, plan);
+  return plan;
+}
+
+std::size_t paged_workspace_size(const PagedIndexerTopkParams& params) { return make_plan(params).workspace.total; }
+
+}  // namespace dsa::decode

@@ -1,0 +1,57 @@
+// The paged indexer's host-side plan (decode.h): the launch rows per
+// request and the scoring block's columns, the batches of requests through
+// the scores buffer, every launch's grid and the workspace layout. A pure
+// function of the shape and K (no device limit enters), with no CUDA
+// header, so CPU tests check it; launch_indexer_topk_paged walks the plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/launch_plan.h"
+#include "dsa_topk/dsa_topk.h"
+
+namespace dsa::decode {
+
+// Byte offsets of the workspace's pieces, laid end to end in this order,
+// each 256-byte aligned; a piece the call does not use takes no bytes.
+// Launch rows: B x rows_per_request; batch rows: a batch's launch rows.
+struct PagedWorkspace {
+  std::size_t ks = 0;       // [launch rows] int32: each launch row's range [0, len)
+  std::size_t ke = 0;       // [launch rows] int32
+  std::size_t w = 0;        // [launch rows, H] float: the weights, zero on padding rows (padded only)
+  std::size_t scores = 0;   // [batch rows, score_stride] float: the bounded scores buffer
+  std::size_t indices = 0;  // [batch rows, K] int32: the top-k's output (mapped only)
+  std::size_t values = 0;   // [batch rows, K] float (mapped, with values asked for)
+  std::size_t total = 0;    // bytes in all
+};
+
+struct PagedPlan {
+  // A query block of the scoring kernel holds block_columns (query, head)
+  // columns: H x (next_n rounded up to a power of two), 64 to 256 (so one
+  // token of H = 64 is a 64-column block, not a quarter of a 256-column
+  // one). A request's next_n rows are padded to rows_per_request launch
+  // rows, a power of two (PagedKeys shifts by its log): whole blocks, a
+  // block never spanning two requests.
+  int block_columns = 0;
+  std::int64_t rows_per_request = 0;
+  int rows_per_request_shift = 0;  // log2(rows_per_request)
+  int block_shift = 0;             // log2(block_size): PagedKeys and the map kernel
+  std::int32_t max_row_length = 0;  // lengths clamp to it: max_context(), 0 when the cache has no blocks
+  std::int64_t score_stride = 0;   // floats between the scores buffer's rows
+  bool padded = false;             // launch rows differ from the output's rows
+  bool mapped = false;             // the top-k writes the workspace, the map kernel the output
+  Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
+  LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
+  std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K
+  PagedWorkspace workspace;
+
+  // The map kernel's grid for a batch of `requests`.
+  LaunchGrid map_grid(std::int64_t requests) const;
+};
+
+// The plan of launch_indexer_topk_paged(params, ...) (arguments validated);
+// a call with no rows plans no launch and no workspace.
+PagedPlan make_plan(const PagedIndexerTopkParams& params);
+
+}  // namespace dsa::decode

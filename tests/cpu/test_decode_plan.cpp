@@ -1,0 +1,185 @@
+// The paged indexer's host-side plan (decode/plan.h): launch rows per
+// request and block columns for every head count and next_n, the workspace
+// layout, the batches of requests and the launch grids. Pure arithmetic, so
+// it runs without a GPU.
+#include "decode/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "decode/decode.h"
+
+namespace dsa::decode {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+PagedIndexerTopkParams shape(std::int64_t batch, int next_n, int heads, std::int64_t blocks_per_seq,
+                             int block_size = 64, int K = 2048) {
+  PagedIndexerTopkParams p{};
+  p.batch = batch;
+  p.next_n = next_n;
+  p.num_heads = heads;
+  p.block_size = block_size;
+  p.max_blocks_per_seq = blocks_per_seq;
+  p.num_blocks = batch * blocks_per_seq;
+  p.options.k = K;
+  return p;
+}
+
+std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// A scoring block holds H x (next_n rounded up to a power of two) columns,
+// 64 to 256; a request's rows pad to a power of two of launch rows that
+// fills whole blocks, so no block spans two requests.
+TEST(DecodePlan, BlockColumnsAndRowsPerRequest) {
+  struct Want {
+    int heads, next_n, block_columns, rows_per_request;
+  };
+  const Want table[] = {
+      {64, 1, 64, 1},  {64, 2, 128, 2}, {64, 3, 256, 4}, {64, 4, 256, 4}, {64, 5, 256, 8}, {64, 6, 256, 8},
+      {64, 7, 256, 8}, {64, 8, 256, 8}, {32, 1, 64, 2},  {32, 2, 64, 2},  {32, 3, 128, 4}, {32, 4, 128, 4},
+      {32, 5, 256, 8}, {32, 6, 256, 8}, {32, 7, 256, 8}, {32, 8, 256, 8},
+  };
+  static_assert(std::size(table) == std::size(kSupportedHeads) * kMaxNextN, "every H x next_n");
+  for (const Want& w : table) {
+    const PagedPlan plan = make_plan(shape(3, w.next_n, w.heads, 16));
+    EXPECT_EQ(plan.block_columns, w.block_columns) << "H " << w.heads << ", next_n " << w.next_n;
+    EXPECT_EQ(plan.rows_per_request, w.rows_per_request) << "H " << w.heads << ", next_n " << w.next_n;
+    EXPECT_EQ(std::int64_t{1} << plan.rows_per_request_shift, plan.rows_per_request);
+    EXPECT_GE(plan.rows_per_request, w.next_n);
+    EXPECT_EQ(plan.rows_per_request * w.heads % plan.block_columns, 0) << "a block spans two requests";
+    EXPECT_EQ(plan.padded, plan.rows_per_request != w.next_n);
+    EXPECT_EQ(plan.mapped, plan.padded);  // positions asked for: mapped only to drop padding rows
+  }
+  PagedIndexerTopkParams slots = shape(3, 1, 64, 16);
+  slots.physical_slots = true;
+  EXPECT_TRUE(make_plan(slots).mapped);
+  EXPECT_FALSE(make_plan(slots).padded);
+}
+
+// The block size's shift, and the longest row the prepare kernel lets a
+// length reach: the cache's positions, 0 when it has no blocks.
+TEST(DecodePlan, ShiftsAndRowLengthLimit) {
+  for (int block_size : {16, 32, 64, 128}) {
+    const PagedPlan plan = make_plan(shape(2, 1, 64, 10, block_size));
+    EXPECT_EQ(1 << plan.block_shift, block_size);
+    EXPECT_EQ(plan.max_row_length, 10 * block_size);
+    EXPECT_EQ(plan.score_stride, 10 * block_size);
+  }
+  PagedIndexerTopkParams empty_cache = shape(2, 1, 64, 10);
+  empty_cache.num_blocks = 0;
+  EXPECT_EQ(make_plan(empty_cache).max_row_length, 0);
+  EXPECT_EQ(make_plan(shape(2, 1, 64, 0)).score_stride, 4);  // rows of no keys: one float4
+}
+
+// The workspace: the launch rows' ranges, their padded weights (padded
+// calls only), the scores buffer of a batch's rows, and the top-k's output
+// for the map kernel (mapped calls only; values when asked for), end to end.
+TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
+  float value = 0;
+  for (int heads : {32, 64}) {
+    for (int next_n = 1; next_n <= kMaxNextN; ++next_n) {
+      for (std::int64_t batch : {1, 2, 7, 64, 3000}) {
+        for (std::int64_t blocks : {0, 1, 100, 2048}) {
+          for (int K : {512, 2048}) {
+            for (bool slots : {false, true}) {
+              for (float* values : {static_cast<float*>(nullptr), &value}) {
+                PagedIndexerTopkParams p = shape(batch, next_n, heads, blocks, 64, K);
+                p.physical_slots = slots;
+                p.values = values;
+                const PagedPlan plan = make_plan(p);
+                const PagedWorkspace& w = plan.workspace;
+                const auto rows = static_cast<std::size_t>(batch * plan.rows_per_request);
+                const auto batch_rows = static_cast<std::size_t>(plan.batches.per_batch * plan.rows_per_request);
+                const auto stride = static_cast<std::size_t>(plan.score_stride);
+                const std::size_t k = K;
+                const std::size_t pieces[] = {
+                    rows * 4,                                                 // ks
+                    rows * 4,                                                 // ke
+                    plan.padded ? rows * heads * 4 : 0,                       // padded weights
+                    batch_rows * stride * 4,                                  // scores
+                    plan.mapped ? batch_rows * k * 4 : 0,                     // indices
+                    plan.mapped && values != nullptr ? batch_rows * k * 4 : 0,  // values
+                };
+                const std::size_t offsets[] = {w.ks, w.ke, w.w, w.scores, w.indices, w.values, w.total};
+                std::size_t at = 0;
+                for (std::size_t i = 0; i < std::size(pieces); ++i) {
+                  EXPECT_EQ(offsets[i], at) << "piece " << i << ": H " << heads << ", next_n " << next_n << ", B "
+                                            << batch << ", " << blocks << " blocks";
+                  at += aligned(pieces[i]);
+                }
+                EXPECT_EQ(w.total, at);
+                EXPECT_EQ(paged_workspace_size(p), w.total);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batches of requests: every request exactly once, in order, each batch's
+// scores within 512 MB unless one request alone is more.
+TEST(DecodePlan, BatchesCoverEveryRequestOnce) {
+  for (int next_n : {1, 2, 4, 8}) {
+    for (std::int64_t batch : {1, 2, 3, 64, 1000, 70000}) {
+      for (std::int64_t blocks : {1, 64, 2048, 16384}) {
+        const PagedPlan plan = make_plan(shape(batch, next_n, 64, blocks));
+        const auto request_bytes =
+            static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
+        std::int64_t next = 0;
+        for (std::int64_t b = 0; b < plan.batches.count(); ++b) {
+          const Batch batch_of = plan.batches[b];
+          ASSERT_EQ(batch_of.first, next) << "batch " << b;
+          ASSERT_GE(batch_of.size, 1);
+          if (batch_of.size > 1) {
+            EXPECT_LE(batch_of.size * request_bytes, 512 * kMiB);
+          }
+          EXPECT_LE(static_cast<std::size_t>(batch_of.size) * request_bytes,
+                    plan.workspace.indices - plan.workspace.scores)
+              << "batch " << b << " passes the scores buffer";
+          next += batch_of.size;
+        }
+        EXPECT_EQ(next, batch) << "next_n " << next_n << ", " << blocks << " blocks";
+      }
+    }
+  }
+  // 1M-key requests of one token: 128 of them fill 512 MB.
+  const Batches big = make_plan(shape(1000, 1, 64, 16384)).batches;
+  EXPECT_EQ(big.per_batch, 128);
+  EXPECT_EQ(big.count(), 8);
+}
+
+// A thread an item, 256 a block, 1 to 4096 blocks: the prepare kernel's
+// items are the launch rows (rows x heads when padded), the map kernel's a
+// batch's next_n x K outputs.
+TEST(DecodePlan, LaunchGrids) {
+  const PagedPlan unpadded = make_plan(shape(1000, 1, 64, 16));
+  EXPECT_EQ(unpadded.prepare.blocks, 4u);  // 1000 rows
+  EXPECT_EQ(unpadded.prepare.threads, 256u);
+  const PagedPlan padded = make_plan(shape(1000, 3, 64, 16));
+  EXPECT_EQ(padded.prepare.blocks, 1000u);  // 4000 launch rows x 64 heads
+  EXPECT_EQ(make_plan(shape(100000, 1, 32, 16)).prepare.blocks, 4096u);  // capped
+  EXPECT_EQ(unpadded.map_grid(1).blocks, 8u);  // 2048 outputs
+  EXPECT_EQ(unpadded.map_grid(7).blocks, 56u);
+  EXPECT_EQ(unpadded.map_grid(1000).blocks, 4096u);
+  EXPECT_EQ(unpadded.map_grid(1).threads, 256u);
+}
+
+// A call with no rows plans no launch and no workspace.
+TEST(DecodePlan, NoRowsPlanNothing) {
+  const PagedPlan plan = make_plan(shape(0, 4, 64, 16));
+  EXPECT_EQ(plan.workspace.total, 0u);
+  EXPECT_EQ(plan.batches.count(), 0);
+  EXPECT_EQ(plan.prepare.blocks, 0u);
+  EXPECT_EQ(paged_workspace_size(shape(0, 4, 64, 16)), 0u);
+}
+
+}  // namespace
+}  // namespace dsa::decode
