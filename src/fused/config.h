@@ -6,11 +6,15 @@
 
 namespace dsa::fused {
 
-// Stage 1: samples a row (sample_plan, plan.cpp), and the threshold
-// kernel's threads (it holds a row's samples in shared memory, hence the
-// most samples).
-inline constexpr std::int64_t kMinSamples = 256;
-inline constexpr std::int64_t kMaxSamples = 16384;
+// Stage 1 samples keys, not rows: one set of strided key positions for the
+// whole call (sample_plan, plan.cpp), which every row scores and reads
+// within its own range; its target count is clamped to [kMinSampledKeys,
+// kMaxSampledKeys] (the threshold kernel holds a row's samples in shared
+// memory, hence the most). The standalone top-k samples each row instead
+// (selection/topk/config.h, kMinRowSamples). kThresholdThreads: the
+// threshold kernel's block.
+inline constexpr std::int64_t kMinSampledKeys = 256;
+inline constexpr std::int64_t kMaxSampledKeys = 16384;
 inline constexpr int kThresholdThreads = 256;
 
 // Stage 3, threads per row: 256 lets four rows share an SM; when there are

@@ -39,7 +39,7 @@ SamplePlan sample_plan(std::int64_t num_keys) {
   SamplePlan plan;
   if (num_keys <= 0) return plan;
   const std::int64_t target =
-      std::clamp<std::int64_t>(num_keys / 32, std::min<std::int64_t>(num_keys, kMinSamples), kMaxSamples);
+      std::clamp<std::int64_t>(num_keys / 32, std::min<std::int64_t>(num_keys, kMinSampledKeys), kMaxSampledKeys);
   plan.step = (num_keys + target - 1) / target;
   plan.offset = plan.step / 2;
   plan.count = (num_keys - plan.offset + plan.step - 1) / plan.step;
@@ -120,7 +120,7 @@ FusedPlan make_plan(const IndexerTopkParams& p, const DeviceLimits& limits, cons
                          kItemThreads, 0};
   plan.sample.threshold = {static_cast<unsigned>(T), kThresholdThreads,
                            static_cast<int>(std::max<std::int64_t>(samples.count, 1) * sizeof(std::uint32_t))};
-  plan.sample.threshold_smem_limit = static_cast<int>(kMaxSamples * sizeof(std::uint32_t));
+  plan.sample.threshold_smem_limit = static_cast<int>(kMaxSampledKeys * sizeof(std::uint32_t));
 
   plan.filter = {static_cast<std::uint32_t>(candidate_capacity(K)), static_cast<std::uint32_t>(K + K / 4)};
 

@@ -40,10 +40,11 @@ enum class FusedRoute {
 };
 
 // Every step-th key, starting at offset, is a sample: about N/32 of them
-// (a target clamped to [min(N, kMinSamples), kMaxSamples]; the step rounds
-// up, so the count is at least half the target and at most it), so sampling
-// costs ~3 % of the work; e = S*K/N samples fall in a full row's top K (64
-// at K = 2048), which keeps the candidate count near K (1 + guard / sqrt(e)).
+// (a target clamped to [min(N, kMinSampledKeys), kMaxSampledKeys]; the step
+// rounds up, so the count is at least half the target and at most it), so
+// sampling costs ~3 % of the work; e = S*K/N samples fall in a full row's
+// top K (64 at K = 2048), which keeps the candidate count near K (1 + guard
+// / sqrt(e)).
 struct SamplePlan {
   std::int64_t step = 1, offset = 0, count = 0;  // sample i is key i * step + offset, i < count
 };

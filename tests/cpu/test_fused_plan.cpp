@@ -250,14 +250,15 @@ TEST(FusedPlan, BatchesCoverEveryRowOnce) {
 }
 
 // Stage 1 samples every step-th key from offset: at least half of and at most
-// a target of N / 32 clamped to [min(N, kMinSamples), kMaxSamples], every
-// sample inside the row and none past the last step, their keys in the
+// a target of N / 32 clamped to [min(N, kMinSampledKeys), kMaxSampledKeys],
+// every sample inside the row and none past the last step, their keys in the
 // threshold kernel's shared memory.
 TEST(FusedPlan, SamplePlan) {
   for (auto [T, N] : shape_sweep()) {
     const FusedPlan plan = make_plan(shape(T, N), h200(), pinned(FusedHooks::Route::kFused));
     const SamplePlan& s = plan.sample.samples;
-    const std::int64_t target = std::clamp<std::int64_t>(N / 32, std::min<std::int64_t>(N, kMinSamples), kMaxSamples);
+    const std::int64_t target =
+        std::clamp<std::int64_t>(N / 32, std::min<std::int64_t>(N, kMinSampledKeys), kMaxSampledKeys);
     EXPECT_GE(2 * s.count, target) << N;
     EXPECT_LE(s.count, target) << N;
     EXPECT_LT(s.offset + (s.count - 1) * s.step, N) << N;
@@ -275,7 +276,7 @@ TEST(FusedPlan, SamplePlan) {
   const SamplePlan s1m =
       make_plan(shape(4096, std::int64_t{1} << 20), h200(), pinned(FusedHooks::Route::kFused)).sample.samples;
   EXPECT_EQ(s1m.step, 64);
-  EXPECT_EQ(s1m.count, kMaxSamples);
+  EXPECT_EQ(s1m.count, kMaxSampledKeys);
   // The staged route samples nothing.
   EXPECT_EQ(make_plan(shape(4096, 8192), h200()).sample.samples.count, 0);
 }

@@ -42,7 +42,10 @@ inline constexpr int kRepairLoadUnroll = 1;
 // and a count that can pass the buffer; e >= 16 keeps its 4-sigma value
 // near 7.2 K (LongRows' 8192 entries), e >= 128 near 3.6 K (LongRows64K's
 // 4096).
-inline constexpr int kMinSamples = 2048;
+// Each row draws its own samples from its range, unlike the fused
+// operator's key samples shared by every row (fused/config.h,
+// kMinSampledKeys).
+inline constexpr int kMinRowSamples = 2048;
 // Samples are read kSampleGroup neighbours at a time (one 32-byte sector:
 // any tau is exact, and scores without positional structure lose nothing).
 inline constexpr int kSampleGroup = 8;

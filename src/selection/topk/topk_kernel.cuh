@@ -295,10 +295,10 @@ class RowSelect {
 
   // S: enough samples that e = S*K/len >= G::kMinExpectedInTop (then the
   // expected candidate count K*(1 + guard/sqrt(e)) stays well below the
-  // buffer), within [kMinSamples, G::kMaxSamples], and at most len.
+  // buffer), within [kMinRowSamples, G::kMaxSamples], and at most len.
   __device__ static std::int32_t sample_count(std::int32_t len) {
     const std::int64_t wanted = static_cast<std::int64_t>(G::kMinExpectedInTop) * len / K;
-    const auto clamped = static_cast<std::int32_t>(wanted < kMinSamples     ? kMinSamples
+    const auto clamped = static_cast<std::int32_t>(wanted < kMinRowSamples  ? kMinRowSamples
                                                    : wanted > G::kMaxSamples ? G::kMaxSamples
                                                                             : wanted);
     return min(len, clamped);
