@@ -9,9 +9,9 @@
 #include <cstdint>
 
 #include "common/keys.h"
+#include "common/row_range.cuh"
 #include "fused/config.h"
-#include "fused/fused.h"
-#include "scoring/schedule.cuh"
+#include "fused/trace.h"
 #include "selection/device/candidates.cuh"
 #include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
-  const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, t, a.num_keys);
+  const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
   const std::uint32_t c = a.count[t];
   const std::uint32_t unstaged = a.unstaged[t];

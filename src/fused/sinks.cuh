@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "common/keys.h"
+#include "common/row_range.cuh"
 #include "scoring/config.h"
-#include "scoring/schedule.cuh"
 #include "selection/device/candidates.cuh"
 
 namespace dsa::fused {
@@ -76,7 +76,7 @@ struct CandidateSink {
   __device__ void init(Shared&) const {}
 
   template <int R>
-  __device__ Lane<R> begin(std::int64_t t0, int lane, const scoring::RowRange (&rows)[R], int tiles) const {
+  __device__ Lane<R> begin(std::int64_t t0, int lane, const RowRange (&rows)[R], int tiles) const {
     static_assert(R == kR);
     Lane<R> st;
 #pragma unroll
@@ -198,7 +198,7 @@ struct ChecksumSink {
   };
   __device__ void init(Shared&) const {}
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const scoring::RowRange (&)[R], int) const {
+  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
     return {0u};
   }
   template <int R>

@@ -7,9 +7,10 @@
 #include <cstdint>
 
 #include "common/keys.h"
+#include "common/row_range.cuh"
+#include "dsa_topk/dsa_topk.h"
 #include "fused/config.h"
-#include "fused/fused.h"
-#include "scoring/schedule.cuh"
+#include "fused/trace.h"
 #include "selection/device/radix.cuh"
 
 namespace dsa::fused {
@@ -51,7 +52,7 @@ __global__ void sample_prepare_kernel(const SamplePrepareArgs a) {
       a.sample_scale[i] = __ldg(a.k_scale + s);
     }
     if (i < a.num_queries) {
-      const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, i, a.num_keys);
+      const RowRange r = row_range(a.ks, a.ke, nullptr, i, a.num_keys);
       a.sample_ks[i] = first_sample_at(r.begin, a);
       a.sample_ke[i] = first_sample_at(r.end, a);
     }
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const Thre
   __shared__ selection::device::RadixShared radix;
   __shared__ selection::device::BlockKeyRange<kThresholdThreads> key_range;  // of the samples
   const std::int64_t t = blockIdx.x;
-  const scoring::RowRange r = scoring::row_range(a.ks, a.ke, nullptr, t, a.num_keys);
+  const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const std::int64_t len = r.end - r.begin;
   const std::int32_t first = a.sample_ks[t];
   const std::int32_t m = a.sample_ke[t] - first;

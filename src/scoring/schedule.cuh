@@ -27,11 +27,6 @@ struct KeyRange {
   int tiles = 0;           // ceil((end - begin) / tile)
 };
 
-// Row ranges clamped to [0, num_keys) (common/row_range.cuh), shared with
-// the top-k kernels.
-using ::dsa::row_range;
-using ::dsa::RowRange;
-
 // The key tiles that cover [lo, hi) (the union of a block's row ranges;
 // lo >= hi: none).
 template <int kTile>

@@ -6,23 +6,9 @@
 #include <cstdint>
 
 #include "dsa_topk/dsa_topk.h"
+#include "selection/topk/trace.h"
 
 namespace dsa::selection::topk {
-
-// Which path finished a row (docs/design.md, "GPU top-k").
-enum class RowPath : std::uint32_t {
-  kDirect = 1,    // len <= K: every index, no selection
-  kCertified,     // K <= count(key > tau) <= capacity: select among the candidates
-  kThresholdTie,  // count(> tau) < K <= count(>= tau): the K-th key is tau; ties
-                  //   from the tie buffer
-  kTieRepair,     // as kThresholdTie, deterministic ties, tie buffer overflowed:
-                  //   smallest tied indices selected from the row
-  kUnderflow,     // count(>= tau) < K: all of them, the rest selected from keys < tau
-  kOverflow,      // count(> tau) > capacity: selected from the row's keys > tau
-  kResident,      // the resident kernel: the row in shared memory, histogram
-                  //   passes to the K-th key (threshold_key = kth_key, count_gt
-                  //   and count_eq around it, threshold_passes = passes)
-};
 
 // Which kernel runs the rows (TopkHooks::engine).
 enum class TopkEngine {
@@ -38,18 +24,6 @@ enum class TopkEngine {
   kSampledSplit, // the wide sampled kernel with each row split over a cluster of
                  //   TopkHooks::split_ctas CTAs (0: as kAuto picks, at least 2); K >= 1024
   kResident,     // the resident kernel; num_cols must be <= kResidentMaxLen
-};
-
-// What one row did, written by the kernel when TopkHooks::trace is set.
-struct RowTrace {
-  RowPath path;
-  std::uint32_t threshold_key;  // tau (0 for kDirect)
-  std::uint32_t count_gt;       // keys > tau in the row
-  std::uint32_t count_eq;       // keys == tau in the row; 0xFFFFFFFF: not counted (the
-                                //   sampled kernel's one-compare filter, count_gt >= K)
-  std::uint32_t kth_key;        // key of the K-th largest score (0 for kDirect)
-  std::uint32_t threshold_passes;  // histogram passes over the samples (0: forced
-                                   //   tau, kDirect, or every key passes)
 };
 
 // Test hooks; the operator uses the defaults.

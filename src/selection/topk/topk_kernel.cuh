@@ -26,7 +26,7 @@
 #include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/config.h"
-#include "selection/topk/topk.h"
+#include "selection/topk/trace.h"
 
 namespace dsa::selection::topk {
 
