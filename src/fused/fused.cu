@@ -146,7 +146,7 @@ Status run_sample_stage(const IndexerTopkParams& p, const FusedPlan& plan, void*
 template <int kHeads>
 Status run_filter_stage(const IndexerTopkParams& p, const FusedPlan& plan, void* workspace, CUstream_st* stream) {
   const FusedWorkspace& w = plan.workspace;
-  const CandidateSink<scoring::kTileCols / kHeads> sink{workspace_piece<std::uint32_t>(workspace, w.tau),
+  const FilterSink<scoring::kTileCols / kHeads> sink{workspace_piece<std::uint32_t>(workspace, w.tau),
                                                         workspace_piece<std::uint32_t>(workspace, w.count),
                                                         workspace_piece<std::uint64_t>(workspace, w.candidates),
                                                         plan.filter.capacity,

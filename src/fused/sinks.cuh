@@ -1,6 +1,6 @@
 // The fused operator's sinks for the scoring kernel's main loop
 // (scoring/scoring_kernel.cuh describes the interface):
-//   * CandidateSink: stage 2, the filter. Each score >= its row's tau becomes
+//   * FilterSink: stage 2, the filter. Each score >= its row's tau becomes
 //     a candidate (order key of (score key, position in the row)), staged in
 //     shared memory by the lane that computed it and copied to the row's
 //     candidate area in the workspace when the lane's slots fill and when
@@ -43,7 +43,7 @@ inline constexpr int kMathWarps = kMathThreads / 32;
 // with tau about once (tau is a sampled score), so the budget never binds
 // for them and the filter is the plain ">= tau" one.
 template <int kQueries>
-struct CandidateSink {
+struct FilterSink {
   static constexpr int kR = kQueries / 4;  // queries per lane
   // The staging slots take the shared memory the scoring kernel leaves (its
   // storage and the 1 KiB alignment of the base); rows padded to 33 entries.

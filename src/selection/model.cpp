@@ -274,13 +274,13 @@ void check_arguments(std::span<const float> row, std::int64_t base, const ModelC
 
 }  // namespace
 
-const char* to_string(RowPath path) {
+const char* to_string(ModelPath path) {
   switch (path) {
-    case RowPath::kDirect: return "direct";
-    case RowPath::kCertified: return "certified";
-    case RowPath::kUnderflow: return "underflow";
-    case RowPath::kSegmentOverflow: return "segment_overflow";
-    case RowPath::kTotalOverflow: return "total_overflow";
+    case ModelPath::kDirect: return "direct";
+    case ModelPath::kCertified: return "certified";
+    case ModelPath::kUnderflow: return "underflow";
+    case ModelPath::kSegmentOverflow: return "segment_overflow";
+    case ModelPath::kTotalOverflow: return "total_overflow";
   }
   return "unknown";
 }
@@ -296,11 +296,11 @@ RadixResult radix_select(std::span<const std::uint32_t> keys, std::int64_t k) {
       k);
 }
 
-RowTrace select_row(std::span<const float> row, std::int64_t base, const ModelConfig& config,
-                    std::vector<std::int32_t>* out_indices) {
+ModelRowTrace model_select_row(std::span<const float> row, std::int64_t base, const ModelConfig& config,
+                               std::vector<std::int32_t>* out_indices) {
   check_arguments(row, base, config, out_indices);
   out_indices->clear();
-  RowTrace trace;
+  ModelRowTrace trace;
   const auto len = static_cast<std::int64_t>(row.size());
   if (len <= config.k) {
     for (std::int64_t i = 0; i < len; ++i) {
@@ -318,7 +318,7 @@ RowTrace select_row(std::span<const float> row, std::int64_t base, const ModelCo
       static_cast<int>(std::count(f.overflowed.begin(), f.overflowed.end(), true));
 
   if (f.count > f.capacity) {
-    trace.path = RowPath::kTotalOverflow;
+    trace.path = ModelPath::kTotalOverflow;
     trace.kth_key = repair_total_overflow(row, tau, f.count, config, base, out_indices);
     return trace;
   }
@@ -335,9 +335,9 @@ RowTrace select_row(std::span<const float> row, std::int64_t base, const ModelCo
     trace.kth_key =
         select_and_emit(candidate_items(candidates), config.k, config.ties, base, out_indices);
   }
-  trace.path = segment_overflow ? RowPath::kSegmentOverflow
-               : underflow      ? RowPath::kUnderflow
-                                : RowPath::kCertified;
+  trace.path = segment_overflow ? ModelPath::kSegmentOverflow
+               : underflow      ? ModelPath::kUnderflow
+                                : ModelPath::kCertified;
   trace.underflow_after_repair = segment_overflow && underflow;
   return trace;
 }

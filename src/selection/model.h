@@ -70,17 +70,17 @@ struct ModelConfig {
   std::uint32_t forced_threshold_key = 0;
 };
 
-enum class RowPath : std::uint8_t {
+enum class ModelPath : std::uint8_t {
   kDirect,           // len <= K: all indices emitted, no selection
   kCertified,        // certificate held: radix select on candidates
   kUnderflow,        // count < K, repaired
   kSegmentOverflow,  // dropped candidates, repaired by re-filtering segments
   kTotalOverflow,    // count > total capacity, repaired by full-row select
 };
-const char* to_string(RowPath path);
+const char* to_string(ModelPath path);
 
-struct RowTrace {
-  RowPath path = RowPath::kDirect;
+struct ModelRowTrace {
+  ModelPath path = ModelPath::kDirect;
   std::uint32_t threshold_key = 0;
   std::int64_t count = 0;           // scores with key >= threshold
   std::int64_t dropped = 0;         // candidates that found no room
@@ -92,8 +92,8 @@ struct RowTrace {
 // Selects the top min(K, len) of `row` (scores of keys base .. base+len-1).
 // Writes min(K, len) indices (absolute: base + position) to `out_indices`
 // (in emission order, unsorted) and returns the trace of the path it took.
-RowTrace select_row(std::span<const float> row, std::int64_t base, const ModelConfig& config,
-                    std::vector<std::int32_t>* out_indices);
+ModelRowTrace model_select_row(std::span<const float> row, std::int64_t base, const ModelConfig& config,
+                               std::vector<std::int32_t>* out_indices);
 
 // The exact radix select the model uses: the K-th largest key among `keys`
 // (1 <= k <= keys.size()) and how many keys equal to it belong to the top k.

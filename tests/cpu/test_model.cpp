@@ -57,7 +57,7 @@ std::int64_t count_at_least(std::span<const float> row, std::uint32_t key) {
 
 // A row's trace and the verdict on its selected indices.
 struct Selected {
-  RowTrace trace;
+  ModelRowTrace trace;
   ::testing::AssertionResult exact = ::testing::AssertionSuccess();
 };
 
@@ -67,7 +67,7 @@ struct Selected {
 Selected select_and_judge(std::span<const float> row, std::int32_t base,
                           const ModelConfig& config) {
   std::vector<std::int32_t> selected;
-  Selected result{select_row(row, base, config, &selected)};
+  Selected result{model_select_row(row, base, config, &selected)};
   const auto len = static_cast<std::int64_t>(row.size());
   if (static_cast<std::int64_t>(selected.size()) != std::min<std::int64_t>(config.k, len)) {
     result.exact = ::testing::AssertionFailure() << "selected " << selected.size() << " indices";
@@ -95,7 +95,7 @@ Selected select_and_judge(std::span<const float> row, std::int32_t base,
 }
 
 // Path and trace in one line, for failure messages.
-std::string describe(const RowTrace& t) {
+std::string describe(const ModelRowTrace& t) {
   return std::string(to_string(t.path)) + " tau=" + std::to_string(t.threshold_key) +
          " count=" + std::to_string(t.count) + " dropped=" + std::to_string(t.dropped) +
          " overflowed_segments=" + std::to_string(t.overflowed_segments) +
@@ -222,11 +222,11 @@ std::uint32_t threshold_passing(std::int64_t len, std::int64_t c) {
 
 struct PathCounts {
   std::array<std::int64_t, 5> by_path{};
-  void add(RowPath p) { ++by_path[static_cast<int>(p)]; }
-  std::int64_t operator[](RowPath p) const { return by_path[static_cast<int>(p)]; }
+  void add(ModelPath p) { ++by_path[static_cast<int>(p)]; }
+  std::int64_t operator[](ModelPath p) const { return by_path[static_cast<int>(p)]; }
   void record(const std::string& prefix) const {
     for (int p = 0; p < 5; ++p) {
-      ::testing::Test::RecordProperty(prefix + to_string(static_cast<RowPath>(p)),
+      ::testing::Test::RecordProperty(prefix + to_string(static_cast<ModelPath>(p)),
                                       std::to_string(by_path[p]));
     }
   }
@@ -289,7 +289,7 @@ TEST(RadixSelect, RejectsRankOutsideTheKeys) {
   EXPECT_THROW(radix_select(std::span<const std::uint32_t>{}, 1), std::invalid_argument);
 }
 
-// ------------------------------------------------------------- select_row --
+// ------------------------------------------------------- model_select_row --
 
 TEST(SelectRow, RowsUpToKAreEmittedDirectly) {
   std::mt19937_64 rng(3);
@@ -301,7 +301,7 @@ TEST(SelectRow, RowsUpToKAreEmittedDirectly) {
       config.k = k;
       const Selected s = select_and_judge(row, 77, config);
       EXPECT_TRUE(s.exact) << "k=" << k << " len=" << len;
-      EXPECT_EQ(s.trace.path, RowPath::kDirect);
+      EXPECT_EQ(s.trace.path, ModelPath::kDirect);
     }
   }
 }
@@ -339,10 +339,10 @@ TEST(SelectRow, PropertyRandomAndAdversarialRows) {
   std::int64_t normal_long_rows = 0;
   for (const std::int64_t n : normal_long.by_path) normal_long_rows += n;
   ASSERT_GT(normal_long_rows, 300);
-  EXPECT_GT(normal_long[RowPath::kCertified], 0.99 * static_cast<double>(normal_long_rows));
+  EXPECT_GT(normal_long[ModelPath::kCertified], 0.99 * static_cast<double>(normal_long_rows));
   // The adversarial rows do reach the repairs without forcing.
-  EXPECT_GT(by_dist[static_cast<int>(Dist::kStrideAliased)][RowPath::kUnderflow], 0);
-  EXPECT_GT(by_dist[static_cast<int>(Dist::kAllEqual)][RowPath::kTotalOverflow], 0);
+  EXPECT_GT(by_dist[static_cast<int>(Dist::kStrideAliased)][ModelPath::kUnderflow], 0);
+  EXPECT_GT(by_dist[static_cast<int>(Dist::kAllEqual)][ModelPath::kTotalOverflow], 0);
 }
 
 // Small samples, no guard and tiny buffers make every failure class common;
@@ -371,8 +371,8 @@ TEST(SelectRow, StressConfigsReachEveryRepair) {
     underflow_after_segment_repair += s.trace.underflow_after_repair;
   }
   paths.record("stress.");
-  for (const RowPath p : {RowPath::kCertified, RowPath::kUnderflow, RowPath::kSegmentOverflow,
-                          RowPath::kTotalOverflow}) {
+  for (const ModelPath p : {ModelPath::kCertified, ModelPath::kUnderflow, ModelPath::kSegmentOverflow,
+                          ModelPath::kTotalOverflow}) {
     EXPECT_GT(paths[p], 10) << to_string(p);
   }
   // Rare here (it needs segment_capacity + spill_capacity < K); the forced
@@ -385,12 +385,12 @@ TEST(SelectRow, RejectsBadArguments) {
   const std::vector<float> row(10, 1.0f);
   std::vector<std::int32_t> out;
   ModelConfig config;
-  EXPECT_THROW(select_row(row, 0, config, nullptr), std::invalid_argument);
-  EXPECT_THROW(select_row(row, -1, config, &out), std::invalid_argument);
-  EXPECT_THROW(select_row(row, std::numeric_limits<std::int32_t>::max() - 5, config, &out),
+  EXPECT_THROW(model_select_row(row, 0, config, nullptr), std::invalid_argument);
+  EXPECT_THROW(model_select_row(row, -1, config, &out), std::invalid_argument);
+  EXPECT_THROW(model_select_row(row, std::numeric_limits<std::int32_t>::max() - 5, config, &out),
                std::invalid_argument);
   config.segment_len = 0;
-  EXPECT_THROW(select_row(row, 0, config, &out), std::invalid_argument);
+  EXPECT_THROW(model_select_row(row, 0, config, &out), std::invalid_argument);
 }
 
 // ------------------------------------------------------- failure classes ---
@@ -409,7 +409,7 @@ TEST(FailureClasses, UnderflowFromInfiniteThreshold) {
       config.forced_threshold_key = score_key(kInf);
       const Selected s = select_and_judge(row, 5, config);
       EXPECT_TRUE(s.exact) << dist_name(dist);
-      EXPECT_EQ(s.trace.path, RowPath::kUnderflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kUnderflow) << describe(s.trace);
       EXPECT_EQ(s.trace.count, count_at_least(row, config.forced_threshold_key));
     }
   }
@@ -432,7 +432,7 @@ TEST(FailureClasses, UnderflowFromMaximumThreshold) {
       config.forced_threshold_key = score_key(kPlanted);
       const Selected s = select_and_judge(row, 0, config);
       EXPECT_TRUE(s.exact) << dist_name(dist);
-      EXPECT_EQ(s.trace.path, RowPath::kUnderflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kUnderflow) << describe(s.trace);
       EXPECT_EQ(s.trace.count, count_at_least(row, config.forced_threshold_key));
     }
   }
@@ -451,7 +451,7 @@ TEST(FailureClasses, TotalOverflowWhenEverythingPasses) {
       const std::vector<float> row = make_row(dist, 100000, rng);
       const Selected s = select_and_judge(row, 1, config);
       EXPECT_TRUE(s.exact) << dist_name(dist);
-      EXPECT_EQ(s.trace.path, RowPath::kTotalOverflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kTotalOverflow) << describe(s.trace);
       EXPECT_EQ(s.trace.count, 100000);
     }
   }
@@ -467,7 +467,7 @@ TEST(FailureClasses, TotalOverflowOnAllEqualRows) {
       const std::vector<float> row(50000, value);
       const Selected s = select_and_judge(row, 9, config);
       EXPECT_TRUE(s.exact) << value;
-      EXPECT_EQ(s.trace.path, RowPath::kTotalOverflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kTotalOverflow) << describe(s.trace);
     }
   }
 }
@@ -487,7 +487,7 @@ TEST(FailureClasses, TotalOverflowWithFewerThanKPassing) {
     config.forced_threshold_key = threshold_passing(5000, 300);
     const Selected s = select_and_judge(row, 0, config);
     EXPECT_TRUE(s.exact);
-    EXPECT_EQ(s.trace.path, RowPath::kTotalOverflow) << describe(s.trace);
+    EXPECT_EQ(s.trace.path, ModelPath::kTotalOverflow) << describe(s.trace);
     EXPECT_EQ(s.trace.count, 300);
   }
 }
@@ -526,7 +526,7 @@ TEST(FailureClasses, SegmentOverflowFromConcentratedTopValues) {
       ConcentratedCase c = concentrated_case(segments, 256, ties, rng);
       Selected s = select_and_judge(c.row, 0, c.config);
       EXPECT_TRUE(s.exact);
-      EXPECT_EQ(s.trace.path, RowPath::kSegmentOverflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kSegmentOverflow) << describe(s.trace);
       EXPECT_EQ(s.trace.overflowed_segments, static_cast<int>(segments.size()));
       EXPECT_FALSE(s.trace.underflow_after_repair);
       EXPECT_GE(s.trace.count, c.config.k);
@@ -536,7 +536,7 @@ TEST(FailureClasses, SegmentOverflowFromConcentratedTopValues) {
       c.config.forced_threshold_key = score_key(1003.0f);
       s = select_and_judge(c.row, 0, c.config);
       EXPECT_TRUE(s.exact);
-      EXPECT_EQ(s.trace.path, RowPath::kSegmentOverflow) << describe(s.trace);
+      EXPECT_EQ(s.trace.path, ModelPath::kSegmentOverflow) << describe(s.trace);
       EXPECT_FALSE(s.trace.underflow_after_repair);
     }
   }
@@ -553,7 +553,7 @@ TEST(FailureClasses, SegmentOverflowThenUnderflow) {
     c.config.forced_threshold_key = score_key(1005.0f);  // 2 of 7 values: < 512 pass
     const Selected s = select_and_judge(c.row, 0, c.config);
     EXPECT_TRUE(s.exact);
-    EXPECT_EQ(s.trace.path, RowPath::kSegmentOverflow) << describe(s.trace);
+    EXPECT_EQ(s.trace.path, ModelPath::kSegmentOverflow) << describe(s.trace);
     EXPECT_TRUE(s.trace.underflow_after_repair) << describe(s.trace);
     EXPECT_LT(s.trace.count, c.config.k);
     EXPECT_GT(s.trace.dropped, 0);

@@ -28,8 +28,8 @@
 namespace dsa {
 namespace {
 
-using selection::topk::RowPath;
-using selection::topk::RowTrace;
+using selection::topk::TopkPath;
+using selection::topk::TopkRowTrace;
 using selection::topk::TopkEngine;
 using selection::topk::TopkHooks;
 using tools::Distribution;
@@ -91,7 +91,7 @@ using testing::make_options;
 
 struct GpuResult {
   tools::TopkOutput out;
-  std::vector<RowTrace> trace;  // [T] when run through the hooks
+  std::vector<TopkRowTrace> trace;  // [T] when run through the hooks
 };
 
 // Runs the problem on the GPU: through the public dsa::topk when `hooks` is
@@ -106,7 +106,7 @@ GpuResult run_gpu(const ScoresProblem& prob, const SelectOptions& options, bool 
   const std::size_t out_elems = static_cast<std::size_t>(prob.T) * options.k;
   DeviceArray<float> scores(scores_in != nullptr ? 0 : prob.scores.size()), values(want_values ? out_elems : 0);
   DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(out_elems);
-  DeviceArray<RowTrace> trace(via_launcher ? prob.T : 0);
+  DeviceArray<TopkRowTrace> trace(via_launcher ? prob.T : 0);
   if (scores_in == nullptr) scores.upload(prob.scores);
   ks.upload(prob.ks);
   ke.upload(prob.ke);
@@ -186,10 +186,10 @@ ScoresProblem tied_at_five(std::int64_t T) {
   });
 }
 
-void expect_paths(const GpuResult& r, const ScoresProblem& prob, int K, RowPath want) {
+void expect_paths(const GpuResult& r, const ScoresProblem& prob, int K, TopkPath want) {
   for (std::int64_t t = 0; t < prob.T; ++t) {
-    const RowPath got = r.trace[t].path;
-    const RowPath expected = prob.ke[t] - prob.ks[t] <= K ? RowPath::kDirect : want;
+    const TopkPath got = r.trace[t].path;
+    const TopkPath expected = prob.ke[t] - prob.ks[t] <= K ? TopkPath::kDirect : want;
     EXPECT_EQ(static_cast<int>(got), static_cast<int>(expected)) << "row " << t;
   }
 }
@@ -412,7 +412,7 @@ TEST(TopkGpu, ForcedUnderflowNoCandidates) {
       const SelectOptions o = make_options(K, ties, IndexBase::kRelative, false);
       const GpuResult r = run_gpu(prob, o, true, &hooks);
       EXPECT_EXACT(prob, o, r.out);
-      expect_paths(r, prob, K, RowPath::kUnderflow);
+      expect_paths(r, prob, K, TopkPath::kUnderflow);
     }
   }
 }
@@ -433,8 +433,8 @@ TEST(TopkGpu, ForcedUnderflowPartialCandidates) {
       SCOPED_TRACE(engine_name(engine));
       const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
       EXPECT_EXACT(prob, o, r.out);
-      expect_paths(r, prob, K, RowPath::kUnderflow);
-      for (const RowTrace& tr : r.trace) {
+      expect_paths(r, prob, K, TopkPath::kUnderflow);
+      for (const TopkRowTrace& tr : r.trace) {
         EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(copies * (top_value - tau_value)));
         EXPECT_EQ(tr.count_eq, static_cast<std::uint32_t>(copies));
       }
@@ -462,7 +462,7 @@ TEST(TopkGpu, ForcedOverflowAllPass) {
           SCOPED_TRACE("K=" + std::to_string(K) + " " + engine_name(engine));
           const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
           EXPECT_EXACT(prob, o, r.out);
-          expect_paths(r, prob, K, RowPath::kOverflow);
+          expect_paths(r, prob, K, TopkPath::kOverflow);
         }
       }
     }
@@ -485,7 +485,7 @@ TEST(TopkGpu, ForcedAllPassFitsBuffer) {
     SCOPED_TRACE(engine_name(engine));
     const GpuResult r = run_gpu(prob, o, false, &hooks, engine);
     EXPECT_EXACT(prob, o, r.out);
-    expect_paths(r, prob, 2048, RowPath::kCertified);
+    expect_paths(r, prob, 2048, TopkPath::kCertified);
   }
 }
 
@@ -506,12 +506,12 @@ TEST(TopkGpu, AllEqualRows) {
         SCOPED_TRACE(engine_name(engine));
         const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
         EXPECT_EXACT(prob, o, r.out);
-        expect_paths(r, prob, K, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+        expect_paths(r, prob, K, ties == TieBreak::kAny ? TopkPath::kThresholdTie : TopkPath::kTieRepair);
       }
       const GpuResult resident = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
       EXPECT_EXACT(prob, o, resident.out);
-      expect_paths(resident, prob, K, RowPath::kResident);
-      for (const RowTrace& tr : resident.trace) {
+      expect_paths(resident, prob, K, TopkPath::kResident);
+      for (const TopkRowTrace& tr : resident.trace) {
         EXPECT_EQ(tr.threshold_passes, resident_max_passes(7000));
         EXPECT_EQ(tr.count_gt, 0u);
         EXPECT_EQ(tr.count_eq, 7000u);
@@ -535,7 +535,7 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
       SCOPED_TRACE(engine_name(engine));
       const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
       EXPECT_EXACT(prob, o, r.out);
-      expect_paths(r, prob, K, RowPath::kThresholdTie);
+      expect_paths(r, prob, K, TopkPath::kThresholdTie);
     }
   }
 }
@@ -547,7 +547,7 @@ TEST(TopkGpu, ForcedThresholdTieInBuffer) {
 // the ties are not counted.
 TEST(TopkGpu, ForcedOneCompareFilter) {
   constexpr std::uint32_t kUncounted = 0xFFFFFFFFu;
-  const auto run = [](const ScoresProblem& prob, int K, float tau, RowPath want, std::uint32_t gt, std::uint32_t eq,
+  const auto run = [](const ScoresProblem& prob, int K, float tau, TopkPath want, std::uint32_t gt, std::uint32_t eq,
                       const std::vector<TopkEngine>& engines) {
     TopkHooks hooks;
     hooks.force_threshold = true;
@@ -572,12 +572,12 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
   const std::int64_t len = 50000, copies = 4, top_value = len / copies - 1;
   const ScoresProblem quads = repeated_values(3, len, copies);
   const std::int64_t tau_value = (len - 1024) / copies;
-  run(quads, 2048, static_cast<float>(tau_value), RowPath::kUnderflow,
+  run(quads, 2048, static_cast<float>(tau_value), TopkPath::kUnderflow,
       static_cast<std::uint32_t>(copies * (top_value - tau_value)), static_cast<std::uint32_t>(copies),
       sampled_engines(2048, len));
   // 1000 distinct large scores and 1500 copies of 5.0: the K-th key is tau
   // (kAny: the tie buffer; smallest-index: its cut, the ties fit the buffer).
-  run(tied_at_five(3), 2048, 5.0f, RowPath::kThresholdTie, 1000, 1500, sampled_engines(2048, kTiedLen));
+  run(tied_at_five(3), 2048, 5.0f, TopkPath::kThresholdTie, 1000, 1500, sampled_engines(2048, kTiedLen));
   // Every key above tau: certified where the buffer holds the row (LongRows
   // and WideRows 8192, LongRows64K 4096), overflow where it does not; the
   // ties are not counted.
@@ -585,7 +585,7 @@ TEST(TopkGpu, ForcedOneCompareFilter) {
     const ScoresProblem prob = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 4, n, 2048, 1);
     for (int K : {512, 2048}) {
       for (TopkEngine engine : sampled_engines(K, n)) {
-        run(prob, K, -1e30f, n <= candidate_capacity(engine) ? RowPath::kCertified : RowPath::kOverflow,
+        run(prob, K, -1e30f, n <= candidate_capacity(engine) ? TopkPath::kCertified : TopkPath::kOverflow,
             static_cast<std::uint32_t>(n), kUncounted, {engine});
       }
     }
@@ -628,8 +628,8 @@ void expect_split_matches_whole(const ScoresProblem& prob, const SelectOptions& 
     const GpuResult split = run_gpu(prob, o, true, &hooks, TopkEngine::kSampledSplit);
     EXPECT_EXACT(prob, o, split.out);
     for (std::int64_t t = 0; t < prob.T; ++t) {
-      const RowTrace& a = whole.trace[t];
-      const RowTrace& b = split.trace[t];
+      const TopkRowTrace& a = whole.trace[t];
+      const TopkRowTrace& b = split.trace[t];
       EXPECT_EQ(static_cast<int>(a.path), static_cast<int>(b.path)) << "row " << t;
       EXPECT_EQ(a.threshold_key, b.threshold_key) << "row " << t;
       EXPECT_EQ(a.count_gt, b.count_gt) << "row " << t;
@@ -764,8 +764,8 @@ TEST(TopkGpu, ThresholdOnePassOnModelLikeRows) {
   const SelectOptions o = make_options(2048, TieBreak::kAny, IndexBase::kAbsolute, false);
   const GpuResult r = run_gpu(prob, o, false, nullptr, TopkEngine::kSampled);
   EXPECT_EXACT(prob, o, r.out);
-  expect_paths(r, prob, 2048, RowPath::kCertified);
-  for (const RowTrace& tr : r.trace) {
+  expect_paths(r, prob, 2048, TopkPath::kCertified);
+  for (const TopkRowTrace& tr : r.trace) {
     EXPECT_GE(tr.threshold_passes, 1u);
     EXPECT_LE(tr.threshold_passes, 2u);  // a first bin too coarse is refined once
   }
@@ -786,10 +786,10 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
       TopkHooks hooks;
       const GpuResult r = run_gpu(packed, o, true, &hooks);
       EXPECT_EXACT(packed, o, r.out);
-      for (const RowTrace& tr : r.trace) {
+      for (const TopkRowTrace& tr : r.trace) {
         EXPECT_GE(tr.threshold_passes, 2u) << "K=" << K;
         EXPECT_LE(tr.threshold_passes, 3u) << "K=" << K;
-        EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow)) << "K=" << K;
+        EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(TopkPath::kOverflow)) << "K=" << K;
       }
     }
   }
@@ -802,7 +802,7 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
     TopkHooks hooks;
     const GpuResult r = run_gpu(tied, o, true, &hooks);
     EXPECT_EXACT(tied, o, r.out);
-    expect_paths(r, tied, 2048, ties == TieBreak::kAny ? RowPath::kThresholdTie : RowPath::kTieRepair);
+    expect_paths(r, tied, 2048, ties == TieBreak::kAny ? TopkPath::kThresholdTie : TopkPath::kTieRepair);
   }
 }
 
@@ -839,7 +839,7 @@ TEST(TopkGpu, CandidateSelectEveryEnding) {
                        " " + engine_name(engine) + (ties == TieBreak::kAny ? " any" : " deterministic"));
           const GpuResult r = run_gpu(prob, o, true, nullptr, engine);
           EXPECT_EXACT(prob, o, r.out);
-          expect_paths(r, prob, K, RowPath::kCertified);
+          expect_paths(r, prob, K, TopkPath::kCertified);
           for (std::int64_t t = 0; t < prob.T; ++t) {
             std::vector<std::uint32_t> keys;
             for (std::int64_t i = 0; i < len; ++i) keys.push_back(score_key(prob.scores[t * prob.stride + i]));
@@ -869,7 +869,7 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
         const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
         SCOPED_TRACE(std::string(tools::to_string(dist)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
         EXPECT_EXACT(prob, o, r.out);
-        expect_paths(r, prob, K, RowPath::kResident);
+        expect_paths(r, prob, K, TopkPath::kResident);
         for (std::int64_t t = 0; t < prob.T; ++t) {
           std::vector<std::uint32_t> keys;
           for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
@@ -877,7 +877,7 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
           const std::uint32_t kth = keys[K - 1];
           const auto gt = static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; }));
           const auto eq = static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth));
-          const RowTrace& tr = r.trace[t];
+          const TopkRowTrace& tr = r.trace[t];
           EXPECT_EQ(tr.kth_key, kth) << "row " << t;
           EXPECT_EQ(tr.count_gt, gt) << "row " << t;
           EXPECT_EQ(tr.count_eq, eq) << "row " << t;
@@ -904,7 +904,7 @@ TEST(TopkGpu, ResidentManyRowsEveryDistribution) {
         SCOPED_TRACE(std::string(tools::to_string(dist)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
         const GpuResult r = run_gpu(prob, o, false, nullptr, TopkEngine::kResident);
         EXPECT_EXACT(prob, o, r.out);
-        expect_paths(r, prob, K, RowPath::kResident);
+        expect_paths(r, prob, K, TopkPath::kResident);
         // Through the operator: no trace, so unsorted any-tie index-only
         // calls take the emission that writes indices directly.
         EXPECT_EXACT(prob, o, run_gpu(prob, o, false).out);
@@ -934,9 +934,9 @@ TEST(TopkGpu, ResidentKthOnBinEdges) {
         SCOPED_TRACE("len=" + std::to_string(len) + " K=" + std::to_string(K) + (sorted ? " sorted" : ""));
         const GpuResult r = run_gpu(prob, o, true, nullptr, TopkEngine::kResident);
         EXPECT_EXACT(prob, o, r.out);
-        expect_paths(r, prob, K, RowPath::kResident);
+        expect_paths(r, prob, K, TopkPath::kResident);
         for (std::int64_t t = 0; t < prob.T; ++t) {
-          const RowTrace& tr = r.trace[t];
+          const TopkRowTrace& tr = r.trace[t];
           EXPECT_EQ(tr.kth_key, static_cast<std::uint32_t>(kEdge - t % 2)) << "row " << t;
           EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(K - 1)) << "row " << t;
           EXPECT_EQ(tr.count_eq, 1u) << "row " << t;
@@ -968,7 +968,7 @@ TEST(TopkGpu, ResidentTieCutByPosition) {
         SCOPED_TRACE("K=" + std::to_string(K) + (ties == TieBreak::kAny ? " any" : " deterministic") +
                      (sorted ? " sorted" : ""));
         EXPECT_EXACT(prob, o, r.out);
-        for (const RowTrace& tr : r.trace) {
+        for (const TopkRowTrace& tr : r.trace) {
           EXPECT_EQ(tr.kth_key, score_key(5.0f));
           EXPECT_EQ(tr.count_gt, 300u);
           EXPECT_EQ(tr.count_eq, 3000u);
@@ -1041,9 +1041,9 @@ TEST(TopkGpuLong, MillionKeyRows) {
           const GpuResult r = run_gpu(prob, o, true, &hooks, engine);
           SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " " + engine_name(engine));
           EXPECT_EXACT(prob, o, r.out);
-          for (const RowTrace& tr : r.trace) {
-            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kOverflow));
-            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(RowPath::kUnderflow));
+          for (const TopkRowTrace& tr : r.trace) {
+            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(TopkPath::kOverflow));
+            EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(TopkPath::kUnderflow));
           }
         }
       }

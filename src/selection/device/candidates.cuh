@@ -141,7 +141,7 @@ __device__ __forceinline__ bool float_comparable(std::uint32_t tau) {
 // The filter's shared-memory destination: keys > tau with their positions,
 // and the positions of keys == tau. A slot past a capacity is handed out but
 // not stored; the exact counts are kept apart, so overflow is detected.
-struct CandidateSink {
+struct CandidateBuffers {
   std::uint32_t* keys;      // [capacity]
   std::int32_t* pos;        // [capacity]
   std::uint32_t capacity;
@@ -156,11 +156,11 @@ struct CandidateSink {
 struct FilterTally {
   std::uint32_t count_gt = 0;  // keys > tau
   std::uint32_t count_eq = 0;  // keys == tau
-  std::uint32_t greatest = 0;  // the greatest key stored in the sink (0: none)
+  std::uint32_t greatest = 0;  // the greatest key stored in the buffers (0: none)
 };
 
 // Filter step of one batch (warp-collective): counts this thread's keys > tau
-// and == tau into the tally and appends them to the sink while there
+// and == tau into the tally and appends them to the buffers while there
 // is room. A warp round (32 threads x 16-32 elements at 3% pass rate) usually has
 // a candidate, so the append is one atomic per warp round, not per group
 // (warp_count_scan and warp_claim: a shuffle scan of the lanes' counts).
@@ -173,7 +173,7 @@ struct FilterTally {
 // element instead of two), for a tau that is unlikely to be a score of the
 // row; the caller must then prove the answer from count_gt alone.
 template <bool kTies, int Groups, class Threshold>
-__device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateSink& sink,
+__device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Threshold& tau, const CandidateBuffers& out,
                                              const float* row, FilterTally& tally) {
   std::uint32_t gt = 0, eq = 0;
 #pragma unroll
@@ -187,21 +187,21 @@ __device__ __forceinline__ void filter_batch(const Batch<Groups>& b, const Thres
   if (__any_sync(kFullWarp, gt != 0)) {
     std::uint32_t total = 0;
     const std::uint32_t n = __popc(gt);
-    std::uint32_t slot = warp_claim(sink.slots, n, warp_count_scan(n, total));
-    for (std::uint32_t m = gt; m != 0 && slot < sink.capacity; m &= m - 1, ++slot) {
+    std::uint32_t slot = warp_claim(out.slots, n, warp_count_scan(n, total));
+    for (std::uint32_t m = gt; m != 0 && slot < out.capacity; m &= m - 1, ++slot) {
       const std::int32_t pos = b.pos(static_cast<unsigned>(__ffs(m) - 1));
       const std::uint32_t key = score_key_fast(__ldg(row + pos));
-      sink.keys[slot] = key;
-      sink.pos[slot] = pos;
+      out.keys[slot] = key;
+      out.pos[slot] = pos;
       tally.greatest = max(tally.greatest, key);
     }
   }
   if (kTies && __any_sync(kFullWarp, eq != 0)) {
     std::uint32_t total = 0;
     const std::uint32_t n = __popc(eq);
-    std::uint32_t slot = warp_claim(sink.tie_slots, n, warp_count_scan(n, total));
-    for (std::uint32_t m = eq; m != 0 && slot < sink.tie_capacity; m &= m - 1, ++slot) {
-      sink.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
+    std::uint32_t slot = warp_claim(out.tie_slots, n, warp_count_scan(n, total));
+    for (std::uint32_t m = eq; m != 0 && slot < out.tie_capacity; m &= m - 1, ++slot) {
+      out.tie_pos[slot] = b.pos(static_cast<unsigned>(__ffs(m) - 1));
     }
   }
 }

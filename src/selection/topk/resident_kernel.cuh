@@ -38,22 +38,22 @@ namespace dsa::selection::topk {
 // every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
 inline constexpr std::uint32_t kPadKey = 0;
 
-// kDirect: a row whose top K are the keys at or above a bin's bottom (no
-// tie cut: most model-like rows) has its winners' indices (position +
+// kWritesOutput: a row whose top K are the keys at or above a bin's bottom
+// (no tie cut: most model-like rows) has its winners' indices (position +
 // offset) staged in shared memory and copied to the row's K output slots,
 // with no order keys and no write-out; wrote_output() then says so. For
 // unsorted, any-tie, index-only calls without a trace (the operator's usual
 // call). Rows with a tie cut still go through out[]: their direct tie
 // stores measured 7 % slower at 4096 x 8K dead-relu (docs/perf-log.md,
 // T30, T31).
-template <int K, class R, bool kDirect>
+template <int K, class R, bool kWritesOutput>
 class ResidentRow {
  public:
   using Cfg = ResidentConfig<K, R>;
   using Storage = typename Cfg::SharedStorage;
 
   // indices/offset: the row's K output slots and the index of position 0
-  // (kDirect only).
+  // (kWritesOutput only).
   __device__ ResidentRow(Storage& sh, const KernelParams& p, const float* row, std::int32_t len,
                          std::int32_t* indices = nullptr, std::int32_t offset = 0)
       : sh_(sh), p_(p), row_(row), len_(len), indices_(indices), offset_(offset) {
@@ -62,13 +62,13 @@ class ResidentRow {
     misalign_ = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(row) / sizeof(float)) % kVec);
   }
 
-  // kDirect: whether select() wrote the output itself (the same for every thread).
+  // kWritesOutput: whether select() wrote the output itself (the same for every thread).
   __device__ bool wrote_output() const { return wrote_output_; }
 
   // Rows with K < len <= R::kMaxLen: leaves the K winners in sh.out (or,
   // when wrote_output(), their indices in the output).
-  __device__ RowTrace select() {
-    RowTrace trace{RowPath::kResident, 0, 0, 0, 0, 0};
+  __device__ TopkRowTrace select() {
+    TopkRowTrace trace{TopkPath::kResident, 0, 0, 0, 0, 0};
     // Window [lo, hi] of keys; `above`: keys above the window; `rank`: the
     // K-th largest key is the rank-th largest inside the window. The first
     // window is every key (its bins are the keys' top kFirstBinBits bits),
@@ -109,8 +109,8 @@ class ResidentRow {
       // The bin holds a key of the row (>= kNegInfKey), so its bottom is
       // above the first window's bottom bin [0, 2^(32 - kFirstBinBits)):
       // > kPadKey.
-      append_where<false, kDirect>(AtLeast(bottom), &sh_.emitted);
-      if constexpr (kDirect) {
+      append_where<false, kWritesOutput>(AtLeast(bottom), &sh_.emitted);
+      if constexpr (kWritesOutput) {
         // The K indices staged in out[]'s storage, copied out coalesced.
         __syncthreads();
         const std::int32_t* const staged = staged_indices();
@@ -247,7 +247,7 @@ class ResidentRow {
   // them (BlockKeyRange, which nothing else uses), and
   // its ties in the row are all among them (counted in sh.emitted, which
   // the emission no longer needs). Test hooks only. Ends with a barrier.
-  __device__ void trace_whole_bin(RowTrace& trace) {
+  __device__ void trace_whole_bin(TopkRowTrace& trace) {
     constexpr int kSlots = K / R::kThreads;
     std::uint32_t keys[kSlots];
     std::uint32_t least = 0xFFFFFFFFu;
@@ -392,7 +392,7 @@ class ResidentRow {
     }
   }
 
-  // kDirect: the whole-bin emission's indices (pos + offset) by slot, in
+  // kWritesOutput: the whole-bin emission's indices (pos + offset) by slot, in
   // out[]'s storage (a lane's taken keys go to consecutive slots, so stores
   // straight to global memory scatter a warp's store over its whole claim:
   // 8K model-like measured 30 % slower that way, docs/perf-log.md, T44).
@@ -441,8 +441,8 @@ class ResidentRow {
   std::int32_t len_;
   std::int32_t misalign_;
   std::int32_t slots_ = 0;  // slots [0, slots_) hold the row (padding: kPadKey); a multiple of kVec
-  std::int32_t* indices_;   // kDirect: the row's K output slots
-  std::int32_t offset_;     // kDirect: index of row position 0
+  std::int32_t* indices_;   // kWritesOutput: the row's K output slots
+  std::int32_t offset_;     // kWritesOutput: index of row position 0
   bool wrote_output_ = false;
 };
 
@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(R::kThreads, R::kMinCtasPerSm) topk_resident_k
   const std::int32_t len = range.end - range.begin;
   const float* row = p.scores + t * p.stride + ks;
   const std::int32_t offset = p.relative_indices ? 0 : ks;
-  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
+  TopkRowTrace trace{TopkPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     device::emit_whole_row<K, R::kThreads>(sh.work.out, row, len);
     __syncthreads();

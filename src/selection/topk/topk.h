@@ -37,7 +37,7 @@ struct TopkHooks {
   // the filter compares once an element first (keys > tau), and filters the
   // row again with both compares when fewer than K keys pass (a float tau only).
   bool forced_tau_tie_free = false;
-  RowTrace* trace = nullptr;  // [num_rows] device memory, or null
+  TopkRowTrace* trace = nullptr;  // [num_rows] device memory, or null
   // [num_rows] device memory, or null: rows whose entry is 0 are skipped
   // (nothing written). The fused operator's repair finishes only the rows it
   // flagged.

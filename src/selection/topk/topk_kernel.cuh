@@ -4,7 +4,7 @@
 //      the samples, refined over the chosen bin while it is too coarse);
 //   2. one streaming pass: keys > tau -> candidate buffer, keys == tau -> tie
 //      buffer, exact counts of both;
-//   3. the path the counts prove exact (RowPath), then radix select and
+//   3. the path the counts prove exact (TopkPath), then radix select and
 //      emission of the K winners into shared memory as order keys;
 //   4. optional block radix sort, and the write-out of indices (and values).
 #pragma once
@@ -44,7 +44,7 @@ struct KernelParams {
   bool force_threshold;         // TopkHooks
   std::uint32_t forced_threshold_key;
   bool forced_tau_tie_free;     // TopkHooks
-  RowTrace* trace;              // [T] or null
+  TopkRowTrace* trace;              // [T] or null
   const std::uint32_t* row_mask;  // [T] or null: rows with 0 are skipped
   std::uint32_t prefetch_bytes;   // of its row's start a sampled CTA prefetches into L2 (a multiple of 16; topk.cu)
   bool after_producer;            // TopkHooks: launched programmatically after the scores' producer
@@ -71,9 +71,9 @@ class RowSelect {
       : sh_(sh), p_(p), row_(row), len_(len) {}
 
   // Rows with len > K: leaves the K winners in sh.out and returns the trace.
-  __device__ RowTrace select() {
+  __device__ TopkRowTrace select() {
     prefetch(0, len_);
-    RowTrace trace{};
+    TopkRowTrace trace{};
     bool tie_free = false;
     const std::uint32_t tau = threshold(trace, tie_free);
     bool ties_counted = true;
@@ -90,7 +90,7 @@ class RowSelect {
   // write their candidates and ties into rank 0's buffers, and rank 0
   // selects. Returns true on rank 0 (the K winners in sh.out, the trace
   // set), false on the others, which are done.
-  __device__ bool select_split(RowTrace& trace) {
+  __device__ bool select_split(TopkRowTrace& trace) {
     const auto cluster = cooperative_groups::this_cluster();
     // A CTA may write another's shared memory only once that one has
     // started (racecheck: "a block that might not have entered yet"): each
@@ -216,7 +216,7 @@ class RowSelect {
 
   // Steps 3-5 once the filter's totals are known: the path they prove exact,
   // its selection and emission into sh.out.
-  __device__ void finish(RowTrace& trace, std::uint32_t tau, const Totals& totals, bool ties_counted) {
+  __device__ void finish(TopkRowTrace& trace, std::uint32_t tau, const Totals& totals, bool ties_counted) {
     const std::uint32_t count_gt = totals.count_gt, count_eq = totals.count_eq, greatest = totals.greatest;
     trace.threshold_key = tau;
     trace.count_gt = count_gt;
@@ -231,11 +231,11 @@ class RowSelect {
         // octave share the top 9 bits; measured -0.6 % at 64K, as the
         // whole-bin stop already ends most selects early: docs/perf-log.md,
         // T34).
-        trace.path = RowPath::kCertified;
+        trace.path = TopkPath::kCertified;
         trace.kth_key = emitter().template select_and_emit_window<Cfg::kWarps>(
             candidate_items(count_gt), K, tau + 1, greatest, sh_.select_histogram, sh_.window);
       } else {
-        trace.path = RowPath::kOverflow;
+        trace.path = TopkPath::kOverflow;
         trace.kth_key = select_and_emit(row_items(tau + 1, kMaxKey), K);
       }
     } else if (count_gt + count_eq >= K) {
@@ -247,17 +247,17 @@ class RowSelect {
       const std::uint32_t take = K - count_gt;
       if (!p_.smallest_index_ties || count_eq <= Cfg::kTieCapacity) {
         // kAny needs any `take` ties; min(count_eq, K) >= take are stored.
-        trace.path = RowPath::kThresholdTie;
+        trace.path = TopkPath::kThresholdTie;
         emit_ties(tie_items(min(count_eq, static_cast<std::uint32_t>(Cfg::kTieCapacity)), tau), tau, take);
       } else {
-        trace.path = RowPath::kTieRepair;
+        trace.path = TopkPath::kTieRepair;
         emit_ties(row_items(tau, tau), tau, take);
       }
     } else {
       // Underflow: the count_gt + count_eq < K keys >= tau are all stored and
       // all selected; the rest is the top of the keys < tau (tau > 0 here,
       // since len > K keys are >= 0).
-      trace.path = RowPath::kUnderflow;
+      trace.path = TopkPath::kUnderflow;
       emit_if(candidate_items(count_gt), all);
       emit_if(tie_items(count_eq, tau), all);
       trace.kth_key = select_and_emit(row_items(0, tau - 1), K - count_gt - count_eq);
@@ -279,7 +279,7 @@ class RowSelect {
 
  private:
   static constexpr std::uint32_t kMaxKey = std::numeric_limits<std::uint32_t>::max();
-  static constexpr std::uint32_t kUncounted = std::numeric_limits<std::uint32_t>::max();  // RowTrace::count_eq
+  static constexpr std::uint32_t kUncounted = std::numeric_limits<std::uint32_t>::max();  // TopkRowTrace::count_eq
 
   // Thread 0 starts one bulk L2 prefetch of the first p.prefetch_bytes (its
   // whole 16-byte units) of the row's positions [begin, begin + len): the
@@ -343,7 +343,7 @@ class RowSelect {
   // a one-key bin (the tied value of a tie-heavy row); a forced tau takes
   // TopkHooks::forced_tau_tie_free.
   // Records the histogram passes in trace. Ends with a barrier in every branch.
-  __device__ std::uint32_t threshold(RowTrace& trace, bool& tie_free) {
+  __device__ std::uint32_t threshold(TopkRowTrace& trace, bool& tie_free) {
     // Samples come in groups of kSampleGroup neighbours (one 32-byte sector)
     // unless every key is a sample.
     std::int32_t s = sample_count(len_);
@@ -425,14 +425,14 @@ class RowSelect {
     // The candidates' select histogram (select_and_emit_window), zero at
     // its first pass: out[] is not written before the emission.
     for (int b = threadIdx.x; b < device::kWindowBins; b += G::kThreads) sh_.select_histogram[b] = 0;
-    const device::CandidateSink sink{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
-                                     static_cast<std::uint32_t>(G::kCandidateCapacity),
-                                     &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
+    const device::CandidateBuffers buffers{sh_.phase.candidates.keys, sh_.phase.candidates.pos,
+                                           static_cast<std::uint32_t>(G::kCandidateCapacity),
+                                           &sh_.gt_slots, sh_.tie_pos, Cfg::kTieCapacity, &sh_.tie_slots};
     // One pass; ends with a barrier, the totals then known to every thread.
     const auto pass = [&](auto ties, const auto& threshold) {
       device::FilterTally tally;
       device::for_each_row_batch<G::kThreads, G::kLoadUnroll>(row_, len_, [&](const auto& batch) {
-        device::filter_batch<decltype(ties)::value>(batch, threshold, sink, row_, tally);
+        device::filter_batch<decltype(ties)::value>(batch, threshold, buffers, row_, tally);
       });
       const std::uint32_t count_gt = __reduce_add_sync(device::kFullWarp, tally.count_gt);
       const std::uint32_t count_eq = __reduce_add_sync(device::kFullWarp, tally.count_eq);
@@ -546,7 +546,7 @@ __device__ __forceinline__ void topk_row(const KernelParams& p) {
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
   }
-  RowTrace trace{RowPath::kDirect, 0, 0, 0, 0, 0};
+  TopkRowTrace trace{TopkPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     if (rank != 0) return;  // no other CTA of the cluster reads this one
     row.direct();

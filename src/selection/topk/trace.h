@@ -8,7 +8,7 @@
 namespace dsa::selection::topk {
 
 // Which path finished a row (docs/design.md, "GPU top-k").
-enum class RowPath : std::uint32_t {
+enum class TopkPath : std::uint32_t {
   kDirect = 1,    // len <= K: every index, no selection
   kCertified,     // K <= count(key > tau) <= capacity: select among the candidates
   kThresholdTie,  // count(> tau) < K <= count(>= tau): the K-th key is tau; ties
@@ -23,8 +23,8 @@ enum class RowPath : std::uint32_t {
 };
 
 // What one row did, written by the kernel when TopkHooks::trace is set.
-struct RowTrace {
-  RowPath path;
+struct TopkRowTrace {
+  TopkPath path;
   std::uint32_t threshold_key;  // tau (0 for kDirect)
   std::uint32_t count_gt;       // keys > tau in the row
   std::uint32_t count_eq;       // keys == tau in the row; 0xFFFFFFFF: not counted (the
