@@ -10,6 +10,7 @@
 
 #include "common/keys.h"
 #include "common/row_range.cuh"
+#include "common/warp.h"
 #include "fused/config.h"
 #include "fused/trace.h"
 #include "selection/device/candidates.cuh"
@@ -31,6 +32,7 @@ namespace dsa::fused {
 template <int K, int Threads>
 struct SelectConfig {
   static constexpr int kStaged = 9 * K / 4;
+  static constexpr int kWarps = Threads / kWarpSize;
   using BlockSort = cub::BlockRadixSort<std::uint64_t, Threads, K / Threads>;
   struct SharedStorage {
     union {
@@ -43,7 +45,7 @@ struct SelectConfig {
     std::uint32_t keys[kStaged];
     std::int32_t pos[kStaged];
     selection::device::RadixShared radix;
-    selection::device::WindowSelectShared<Threads / 32> window;
+    selection::device::WindowSelectShared<kWarps> window;
     std::uint32_t emitted;
     selection::device::BlockKeyRange<Threads> key_range;  // of the candidate keys
   };
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   if (c <= K) {
     emitter.emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
   } else {
-    emitter.template select_and_emit_window<Threads / 32>(items, K, lo, hi, sh.emit.histogram, sh.window);
+    emitter.template select_and_emit_window<Cfg::kWarps>(items, K, lo, hi, sh.emit.histogram, sh.window);
   }
   __syncthreads();  // out complete
   // Values come from the keys: score_key is invertible on every score the

@@ -13,13 +13,11 @@
 
 #include "common/keys.h"
 #include "common/row_range.cuh"
+#include "common/warp.h"
 #include "scoring/config.h"
 #include "selection/device/candidates.cuh"
 
 namespace dsa::fused {
-
-inline constexpr int kMathThreads = 128 * scoring::kMathWarpgroups;
-inline constexpr int kMathWarps = kMathThreads / 32;
 
 // Staging is private to each lane: a lane stores R queries' scores of two
 // key rows per tile, so it appends its candidates to its own slots
@@ -49,7 +47,7 @@ struct FilterSink {
   // storage and the 1 KiB alignment of the base); rows padded to 33 entries.
   static constexpr int kLaneSlots =
       (scoring::kMaxSmemBytes - 1024 - static_cast<int>(sizeof(scoring::SharedStorage))) /
-      (kMathWarps * kR * 33 * static_cast<int>(sizeof(std::uint64_t)));
+      (scoring::kMathWarps * kR * 33 * static_cast<int>(sizeof(std::uint64_t)));
   static_assert(kLaneSlots > 2);
   const std::uint32_t* tau;      // [T] threshold keys
   std::uint32_t* count;          // [T] scores staged (zeroed by the threshold stage)
@@ -62,7 +60,7 @@ struct FilterSink {
   struct Shared {
     // [slot][lane], rows padded to 33 entries: a lane's appends are
     // conflict-free and so are the flush's reads down one lane's slots.
-    std::uint64_t staged[kMathWarps][kR][kLaneSlots][33];
+    std::uint64_t staged[scoring::kMathWarps][kR][kLaneSlots][33];
   };
   template <int R>
   struct Lane {
@@ -111,7 +109,7 @@ struct FilterSink {
   // each query's entries in lane order.
   template <int R>
   __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, int r) const {
-    const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // 0 .. kMathWarps-1
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;  // among the math warps
     __syncwarp();  // every lane's staged entries are visible to the warp
     const std::uint32_t n = st.staged[r];
     // Inclusive scan over the 8 lanes of this lane's query (lane % 4 + 4j).
@@ -133,7 +131,7 @@ struct FilterSink {
 #pragma unroll
       for (int k = 0; k < 8; ++k) start[k] = __shfl_sync(0xFFFFFFFFu, exclusive, g + 4 * k);
       std::uint64_t* area = candidates + (t0 + g + 4 * r) * capacity;
-      for (std::uint32_t j = lane; j < group_total; j += 32) {
+      for (std::uint32_t j = lane; j < group_total; j += kWarpSize) {
         // The last lane whose run starts at or before j (lanes with nothing
         // staged share their successor's start and are passed over).
         int k = 0;
@@ -156,7 +154,7 @@ struct FilterSink {
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane,
                                       const std::int32_t (&key)[2], const float (&score)[R][2],
                                       const bool (&valid)[R][2]) const {
-    const int warp = static_cast<int>(threadIdx.x) / 32 - 4;
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/sm90/barrier.cuh"
+#include "common/warp.h"
 #include "dsa_topk/dsa_topk.h"
 #include "scoring/schedule.cuh"
 #include "scoring/tile.h"
@@ -20,8 +21,21 @@ namespace dsa::scoring {
 using ::dsa::kHeadDim;                       // D (dsa_topk.h): bytes of one FP8 row
 // kTileKeys, kTileCols: scoring/tile.h.
 inline constexpr int kStages = 8;            // key tiles in flight
+
+// The CTA's warp roles (scoring_kernel.cuh): warpgroup 0 produces (thread 0
+// issues the loads, warp kSchedulerWarp writes the units), and the
+// kMathWarpgroups after it multiply and run the sink on alternate tiles; a
+// math warp's index among the math warps is its warp index less
+// kFirstMathWarp.
+inline constexpr int kWarpgroupThreads = 128;  // wgmma's unit
+inline constexpr int kWarpgroupWarps = kWarpgroupThreads / kWarpSize;
 inline constexpr int kMathWarpgroups = 2;    // alternate tiles (ping-pong)
-inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);  // warpgroup 0 produces
+inline constexpr int kThreads = kWarpgroupThreads * (1 + kMathWarpgroups);
+inline constexpr int kSchedulerWarp = 1;
+inline constexpr int kFirstMathWarp = kWarpgroupWarps;
+inline constexpr int kMathThreads = kWarpgroupThreads * kMathWarpgroups;
+inline constexpr int kMathWarps = kMathThreads / kWarpSize;
+
 // setmaxnreg budgets. setmaxnreg.inc waits until the CTA's pool has the
 // registers, and the pool is what the launch allotted (168 per thread, 65536
 // / kThreads in steps of 8): a split over it deadlocks. The producer
@@ -32,10 +46,10 @@ inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);  // warpgroup 0 pro
 inline constexpr int kContiguousProducerRegs = 24;
 inline constexpr int kRegisterPool = (65536 / kThreads) / 8 * 8 * kThreads;
 constexpr int math_regs(int producer_regs) {
-  return (kRegisterPool - 128 * producer_regs) / (128 * kMathWarpgroups) / 8 * 8;
+  return (kRegisterPool - kWarpgroupThreads * producer_regs) / kMathThreads / 8 * 8;
 }
 static_assert(math_regs(kContiguousProducerRegs) == 240, "the fused filter's math needs 240 registers");
-static_assert(128 * kContiguousProducerRegs + 128 * kMathWarpgroups * math_regs(kContiguousProducerRegs) <=
+static_assert(kWarpgroupThreads * kContiguousProducerRegs + kMathThreads * math_regs(kContiguousProducerRegs) <=
                   kRegisterPool,
               "setmaxnreg budgets exceed the registers the launch allots");
 
@@ -71,7 +85,7 @@ struct alignas(1024) SharedStorage {
   std::uint64_t unit_full[kUnitSlots];   // unit, half_w and rows written (the scheduler warp's 32 lanes)
   std::uint64_t q_full[kUnitSlots];      // the unit's Q block landed (TMA)
   std::uint64_t unit_empty[kUnitSlots];  // every math thread is done with the slot
-  std::int64_t warp_sums[kThreads / 32];  // the run search (find_run)
+  std::int64_t warp_sums[kThreads / kWarpSize];  // the run search (find_run)
   RunStart run;
 };
 inline constexpr std::uint32_t kKeyTileBytes = kTileKeys * kHeadDim;

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "common/row_range.cuh"
+#include "common/warp.h"
 
 namespace dsa::scoring {
 
@@ -66,8 +67,8 @@ __device__ __forceinline__ KeyRange block_key_range_warp(const std::int32_t* __r
                                                          const std::int32_t* __restrict__ ke,
                                                          const std::uint32_t* __restrict__ row_mask, std::int64_t t0,
                                                          std::int64_t num_queries, std::int64_t num_keys) {
-  static_assert(kQueries <= 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
+  static_assert(kQueries <= kWarpSize);  // a lane a row
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   RowRange r;
   if (lane < kQueries && t0 + lane < num_queries) r = row_range(ks, ke, row_mask, t0 + lane, num_keys);
   const bool any = r.begin < r.end;
@@ -96,24 +97,24 @@ struct RunStart {
 // Block-wide inclusive sum of a 64-bit value; `warp_sums` holds one entry per
 // warp. Every thread of the block calls it; returns {inclusive, block total}.
 // Written here rather than cub::BlockScan<std::int64_t, 384>: with cub's
-// scan the fused kernel's candidate-sink instantiations spill 8 bytes
+// scan the fused kernel's filter-sink instantiations spill 8 bytes
 // (docs/perf-log.md, S12), and spills are build errors.
 template <int kThreads>
 __device__ __forceinline__ void block_inclusive_sum(std::int64_t v, std::int64_t* warp_sums, std::int64_t* inclusive,
                                                     std::int64_t* total) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const int warp = static_cast<int>(threadIdx.x / kWarpSize);
   std::int64_t x = v;
 #pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
+  for (int d = 1; d < kWarpSize; d *= 2) {
     const std::int64_t y = __shfl_up_sync(0xFFFFFFFFu, x, d);
     if (lane >= d) x += y;
   }
-  if (lane == 31) warp_sums[warp] = x;
+  if (lane == kWarpSize - 1) warp_sums[warp] = x;
   __syncthreads();
   std::int64_t before = 0, all = 0;
 #pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) {
+  for (int w = 0; w < kThreads / kWarpSize; ++w) {
     before += w < warp ? warp_sums[w] : 0;
     all += warp_sums[w];
   }

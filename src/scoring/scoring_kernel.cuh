@@ -221,14 +221,15 @@ __device__ __forceinline__ SharedStorage& shared_storage(std::uint8_t* raw) {
   return *reinterpret_cast<SharedStorage*>(raw + ((1024u - addr % 1024u) % 1024u));
 }
 
-// Warp 1 of warpgroup 0: walks the CTA's run from `run`, writing each unit
-// and its head weights into slot u % 2 once every math warp is done with the
-// slot's previous unit; a unit with no tiles ends the run.
+// Warp kSchedulerWarp of warpgroup 0: walks the CTA's run from `run`,
+// writing each unit and its head weights into slot u % 2 once every math
+// warp is done with the slot's previous unit; a unit with no tiles ends the
+// run.
 template <int kHeads, int kCols>
 __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& args) {
   const RunStart run = smem.run;  // from shared memory: registers are scarce here
   using S = Shape<kHeads, kCols>;
-  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   // 32 bits suffice (24 registers): T / 4 blocks and a CTA's share of their
   // N / 64 tiles are far below 2^31 for any T, N whose inputs fit in memory.
   std::int32_t block = static_cast<std::int32_t>(run.block);
@@ -266,7 +267,7 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
             t < args.num_queries ? row_range(args.ks, args.ke, args.row_mask, t, args.num_keys) : RowRange{};
       }
 #pragma unroll 2  // 24 registers: more loads in flight spill
-      for (int j = lane; j < kCols; j += 32) {
+      for (int j = lane; j < kCols; j += kWarpSize) {
         const std::int64_t t = unit.t0 + j / kHeads;
         smem.half_w[slot][j] = t < args.num_queries ? 0.5f * __ldg(args.w + unit.t0 * kHeads + j) : 0.0f;
       }
@@ -355,8 +356,10 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
   // Queries q = lane%4 + 4r; with fewer than 4 queries a block (decode's
   // narrow blocks) the lanes past them store nothing.
   constexpr int kStoresPerLane = S::kQueries >= 4 ? S::kQueries / 4 : 1;
-  const int lane = threadIdx.x % 32;
-  const int row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;  // key row in the tile (and row + 8)
+  const int lane = threadIdx.x % kWarpSize;
+  // Key row in the tile (and row + 8): wgmma gives each of the warpgroup's
+  // warps 16 of its 64 rows.
+  const int row = 16 * ((threadIdx.x / kWarpSize) % kWarpgroupWarps) + lane / 4;
   // With 8 queries per block (H = 32) holding a tile's scores spills: the
   // sink runs right after the epilogue there.
   constexpr bool kDeferPut = kStoresPerLane == 1;
@@ -408,7 +411,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
       const float scale_lo = smem.key_scale[st.stage][row];
       const float scale_hi = smem.key_scale[st.stage][row + 8];
       __syncwarp();
-      if (lane == 0) smem.pipeline.consumer_release(st);  // 4 warps release a stage
+      if (lane == 0) smem.pipeline.consumer_release(st);  // a warpgroup's warps release a stage
 
       float head_sums[S::kQueries][2];
       reduce_heads<kHeads, kCols>(acc, weights, head_sums);
@@ -455,11 +458,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
   if (threadIdx.x == 0) {
-    smem.pipeline.init(4);
+    smem.pipeline.init(kWarpgroupWarps);  // one lane of each warp of the tile's math warpgroup
     for (int s = 0; s < kUnitSlots; ++s) {
-      sm90::barrier_init(&smem.unit_full[s], 32);
+      sm90::barrier_init(&smem.unit_full[s], kWarpSize);  // the scheduler warp's lanes
       sm90::barrier_init(&smem.q_full[s], 1);
-      sm90::barrier_init(&smem.unit_empty[s], 128 * kMathWarpgroups);  // every math thread
+      sm90::barrier_init(&smem.unit_empty[s], kMathThreads);  // every math thread
     }
     sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
@@ -471,14 +474,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                                   args.num_keys, smem.warp_sums, &smem.run);
   if (run.tiles == 0) return;  // the same for every thread of the CTA
 
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Keys::kProducerRegs>();
     if (threadIdx.x == 0) {
       sm90::tma_prefetch_descriptor(&q_map);
       sm90::tma_prefetch_descriptor(&k_map);
       produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source);
-    } else if (threadIdx.x / 32 == 1) {
+    } else if (threadIdx.x / kWarpSize == kSchedulerWarp) {
       schedule<kHeads, kCols>(smem, args);
     }
   } else {

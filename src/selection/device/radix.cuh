@@ -6,14 +6,16 @@
 
 #include <cstdint>
 
+#include "common/warp.h"
+
 namespace dsa::selection::device {
 
 inline constexpr int kKeyBits = 32;
 inline constexpr int kRadixBits = 8;
 inline constexpr int kRadixBins = 1 << kRadixBits;
 inline constexpr std::uint32_t kDigitMask = kRadixBins - 1;
-inline constexpr unsigned kFullWarp = 0xFFFFFFFFu;
-inline constexpr int kWarpSize = 32;
+using ::dsa::kFullWarp;
+using ::dsa::kWarpSize;
 inline constexpr int kBinsPerLane = kRadixBins / kWarpSize;
 
 struct RadixResult {
