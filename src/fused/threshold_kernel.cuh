@@ -3,7 +3,6 @@
 // per row from the samples inside the row's range (selection model step 1).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "common/keys.h"
@@ -12,12 +11,9 @@
 #include "fused/config.h"
 #include "fused/trace.h"
 #include "selection/device/radix.cuh"
+#include "selection/threshold.h"
 
 namespace dsa::fused {
-
-// Rank guard in standard deviations (model.h step 1): underflow, the costly
-// failure (a repair), is a ~4-sigma event per row.
-inline constexpr double kGuard = 4.0;
 
 struct SamplePrepareArgs {
   const std::uint8_t* k;
@@ -93,7 +89,7 @@ __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const Thre
     tau = a.forced_threshold_key;
   } else if (len > a.k && m > 0) {
     const double e = static_cast<double>(m) * a.k / static_cast<double>(len);
-    const double rank = fmax(1.0, ceil(e + kGuard * sqrt(e)) + 1.0);
+    const double rank = selection::threshold_rank(e);
     if (rank <= m) {
       const float* row = a.sample_scores + t * a.sample_stride + first;
       std::uint32_t lo = 0xFFFFFFFFu, hi = 0;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
-#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -101,7 +100,7 @@ std::uint32_t sample_threshold(std::span<const float> row, const ModelConfig& co
   // Midpoints of S equal strides; with S == len this is every position.
   for (std::int64_t i = 0; i < s; ++i) samples[i] = score_key(row[(2 * i + 1) * len / (2 * s)]);
   const double expected = static_cast<double>(s) * config.k / static_cast<double>(len);
-  const double j = std::max(1.0, std::ceil(expected + config.guard * std::sqrt(expected)) + 1.0);
+  const double j = threshold_rank(expected, config.guard);
   if (j > static_cast<double>(s)) return 0;
   return radix_select(samples, static_cast<std::int64_t>(j)).kth_key;
 }

@@ -53,13 +53,14 @@
 #include <vector>
 
 #include "dsa_topk/dsa_topk.h"
+#include "selection/threshold.h"
 
 namespace dsa::selection {
 
 struct ModelConfig {
   int k = 2048;
   int sample_size = 4096;          // S
-  float guard = 4.0f;              // standard deviations of the sample rank estimate
+  float guard = kThresholdGuard;   // standard deviations of the sample rank estimate (threshold.h)
   std::int64_t segment_len = 8192; // keys per segment
   int segment_capacity = 2048;     // candidate entries per segment buffer
   int spill_capacity = 4096;       // candidate entries of the row's spill area

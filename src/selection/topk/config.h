@@ -35,8 +35,8 @@ struct SplitShared {
 inline constexpr int kRepairLoadUnroll = 1;
 
 // Threshold (model.h step 1): S = min(len, clamp(G::kMinExpectedInTop * len
-// / K, 2048, G::kMaxSamples)) samples and the rank guard in standard
-// deviations (underflow is a ~4-sigma event). e = S*K/len expected samples
+// / K, 2048, G::kMaxSamples)) samples, and the rank of selection/threshold.h
+// (its guard: underflow is a ~4-sigma event). e = S*K/len expected samples
 // in the top K sets the spread of the candidate count, ~K * (e + guard *
 // sqrt(e)) / e: the model's fixed S = 4096 leaves e = 8 at K = 2048, len = 1M
 // and a count that can pass the buffer; e >= 16 keeps its 4-sigma value
@@ -49,7 +49,6 @@ inline constexpr int kMinRowSamples = 2048;
 // Samples are read kSampleGroup neighbours at a time (one 32-byte sector:
 // any tau is exact, and scores without positional structure lose nothing).
 inline constexpr int kSampleGroup = 8;
-inline constexpr double kGuard = 4.0;
 
 // The threshold histogram: kThresholdBins linear bins over the samples' key
 // range, one pass over the samples; the chosen bin is histogrammed again

@@ -12,7 +12,6 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -25,6 +24,7 @@
 #include "selection/device/candidates.cuh"
 #include "selection/device/emit.cuh"
 #include "selection/device/radix.cuh"
+#include "selection/threshold.h"
 #include "selection/topk/config.h"
 #include "selection/topk/trace.h"
 
@@ -349,7 +349,7 @@ class RowSelect {
     std::int32_t s = sample_count(len_);
     if (s < len_) s -= s % kSampleGroup;
     const double expected = static_cast<double>(s) * K / len_;
-    const double rank = fmax(1.0, ceil(expected + kGuard * sqrt(expected)) + 1.0);
+    const double rank = threshold_rank(expected);
     if (p_.force_threshold || rank > s) {
       __syncthreads();  // the counters thread 0 reset are visible to the filter
       tie_free = p_.force_threshold && p_.forced_tau_tie_free;
