@@ -236,8 +236,8 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
   std::int32_t skip = static_cast<std::int32_t>(run.skip), left = static_cast<std::int32_t>(run.tiles);
   std::int32_t odd = 0;
   for (std::uint32_t u = 0;; ++u) {
-    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
-    sm90::barrier_wait(&smem.unit_empty[slot], (use & 1u) ^ 1u);  // a fresh barrier: free
+    const auto [slot, parity] = sm90::ring_slot<kUnitSlots>(u);
+    sm90::barrier_wait(&smem.unit_empty[slot], parity ^ 1u);  // a fresh barrier: free
     Unit unit;
     while (left > 0) {
       const std::int64_t t0 = static_cast<std::int64_t>(block) * S::kQueries;
@@ -285,8 +285,8 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
                                         const CUtensorMap* scale_map, int heads, const Keys& source) {
   sm90::PipelineState<kStages> st;
   for (std::uint32_t u = 0;; ++u) {
-    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
-    sm90::barrier_wait(&smem.unit_full[slot], use & 1u);
+    const auto [slot, parity] = sm90::ring_slot<kUnitSlots>(u);
+    sm90::barrier_wait(&smem.unit_full[slot], parity);
     const Unit unit = smem.unit[slot];
     if (unit.tiles == 0) return;
     // The slot's previous unit is done (the scheduler waited for it), so its
@@ -367,8 +367,8 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
   sm90::PipelineState<kStages> st;
   st.advance(math_wg);
   for (std::uint32_t u = 0;; ++u) {
-    const std::uint32_t slot = u % kUnitSlots, use = u / kUnitSlots;
-    sm90::barrier_wait(&smem.unit_full[slot], use & 1u);
+    const auto [slot, parity] = sm90::ring_slot<kUnitSlots>(u);
+    sm90::barrier_wait(&smem.unit_full[slot], parity);
     // Lane 0 reads the unit and broadcasts it (one shared load per warp);
     // every read of the slot is ordered before the scheduler's next write by
     // the reading thread's own arrival on unit_empty.
@@ -388,7 +388,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
       rows[r] = lane % 4 + 4 * r < S::kQueries ? smem.rows[slot][lane % 4 + 4 * r] : RowRange{};
     }
     auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows, unit.tiles);
-    sm90::barrier_wait(&smem.q_full[slot], use & 1u);
+    sm90::barrier_wait(&smem.q_full[slot], parity);
 
     TileScores<kStoresPerLane> held;
     held.key0 = -1;

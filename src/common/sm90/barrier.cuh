@@ -47,6 +47,20 @@ struct PipelineState {
   }
 };
 
+// Use n (counted from 0) of a ring of kSlots barrier-guarded slots, for
+// loops that count their uses instead of carrying a PipelineState: the slot,
+// and the parity of the phase that use completes (a producer's wait on the
+// slot's "empty" barrier takes parity ^ 1, which a fresh barrier counts as
+// complete, as in Pipeline::producer_acquire).
+struct RingSlot {
+  std::uint32_t slot;
+  std::uint32_t parity;
+};
+template <int kSlots>
+__device__ __forceinline__ RingSlot ring_slot(std::uint32_t n) {
+  return {n % kSlots, (n / kSlots) & 1u};
+}
+
 template <int kStages>
 struct Pipeline {
   std::uint64_t full[kStages];
