@@ -13,7 +13,7 @@ namespace dsa::decode {
 namespace {
 
 // The scores buffer: rows are scored batch by batch into at most this many
-// bytes (at least one request), as the prefill operator's staged route does.
+// bytes (at least one request), as the prefill operator's unfused route does.
 constexpr std::size_t kScoresBytes = std::size_t{512} << 20;
 
 // The prepare and map kernels: a thread an item, in at most kMaxItemBlocks

@@ -31,7 +31,7 @@ Status last_launch(const char* what) {
 // Rows scored into the workspace's bounded buffer, batch by batch, and
 // finished by the standalone top-k: the repair of the rows whose `flags`
 // entry is set (the others get empty ranges and their CTAs exit at once),
-// or with flags null every row (the staged route). Exact by construction.
+// or with flags null every row (the unfused route). Exact by construction.
 Status run_score_and_select(const IndexerTopkParams& p, const ScoreAndSelectStage& stage, float* scores,
                             const std::uint32_t* flags, CUstream_st* stream) {
   const int K = p.options.k;
@@ -68,17 +68,17 @@ Status run_score_and_select(const IndexerTopkParams& p, const ScoreAndSelectStag
   return Status::Ok();
 }
 
-// The staged route's trace: every row kStaged, no threshold or counts.
-__global__ void mark_staged_kernel(FusedRowTrace* trace, std::int64_t rows) {
+// The unfused route's trace: every row kUnfused, no threshold or counts.
+__global__ void mark_unfused_kernel(FusedRowTrace* trace, std::int64_t rows) {
   const std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (t < rows) trace[t] = FusedRowTrace{FusedPath::kStaged, 0, 0, 0, 0};
+  if (t < rows) trace[t] = FusedRowTrace{FusedPath::kUnfused, 0, 0, 0, 0};
 }
 
-Status run_staged(const IndexerTopkParams& p, const FusedPlan& plan, void* workspace, const FusedHooks& hooks,
-                  CUstream_st* stream) {
+Status run_unfused(const IndexerTopkParams& p, const FusedPlan& plan, void* workspace, const FusedHooks& hooks,
+                   CUstream_st* stream) {
   if (hooks.trace != nullptr) {
-    const LaunchGrid& g = plan.staged_trace;
-    mark_staged_kernel<<<g.blocks, g.threads, g.smem_bytes, stream>>>(hooks.trace, p.num_queries);
+    const LaunchGrid& g = plan.unfused_trace;
+    mark_unfused_kernel<<<g.blocks, g.threads, g.smem_bytes, stream>>>(hooks.trace, p.num_queries);
     if (Status st = last_launch("trace kernel launch"); !st.ok()) return st;
   }
   return run_score_and_select(p, plan.score_and_select, workspace_piece<float>(workspace, plan.workspace.scores),
@@ -235,7 +235,7 @@ Status launch_indexer_topk(const IndexerTopkParams& params, CUstream_st* stream,
   }
   switch (plan.route) {
     case FusedRoute::kMathOnly: return run_math_only(params, plan, workspace, hooks, stream);
-    case FusedRoute::kStaged: return run_staged(params, plan, workspace, hooks, stream);
+    case FusedRoute::kUnfused: return run_unfused(params, plan, workspace, hooks, stream);
     case FusedRoute::kFused: return run_fused(params, plan, workspace, hooks, run_select, device, stream);
   }
   return {StatusCode::kInternal, "indexer_topk: a route without a launcher"};

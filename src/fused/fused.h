@@ -15,7 +15,7 @@
 //      a row whose certificate fails is flagged;
 //   4. repair: flagged rows are rescored into a bounded buffer, batch by
 //      batch, and finished by the standalone top-k (exact by construction).
-// Shapes staged_by_shape() picks (plan.h) take the staged route instead:
+// Shapes unfused_by_shape() picks (plan.h) take the unfused route instead:
 // every row goes the repair path's way (scores of a batch of rows into the
 // bounded buffer, then the standalone top-k). Short rows make the fused
 // filter stage about half of their scores (K is a third to a half of an 8K
@@ -53,13 +53,13 @@ struct FusedHooks {
   // cover both widths at any T.
   enum class SelectWidth { kByRows, kNarrow, kWide } select_width = SelectWidth::kByRows;
   std::uint32_t* checksum = nullptr;  // kMathOnly: device word the checksum lands in (may be null)
-  // The route: by shape (staged_by_shape, plan.h) unless pinned. Forcing tau
+  // The route: by shape (unfused_by_shape, plan.h) unless pinned. Forcing tau
   // implies the fused route (only it has a threshold).
-  enum class Route { kByShape, kFused, kStaged } route = Route::kByShape;
-  // Rows a batch of the staged route scores and selects (0: as many as the
+  enum class Route { kByShape, kFused, kUnfused } route = Route::kByShape;
+  // Rows a batch of the unfused route scores and selects (0: as many as the
   // buffer holds), so tests run many batches, a short last one included, on
   // small problems.
-  std::int64_t staged_batch_rows = 0;
+  std::int64_t unfused_batch_rows = 0;
 };
 
 // Candidate entries each row's area holds in the workspace (the select
@@ -67,7 +67,7 @@ struct FusedHooks {
 constexpr std::int64_t candidate_capacity(int k) { return 4 * static_cast<std::int64_t>(k); }
 
 // Bytes of workspace launch_indexer_topk needs for params with these hooks
-// (the route they take: the staged route needs only its batch buffer): the
+// (the route they take: the unfused route needs only its batch buffer): the
 // total of make_plan's layout (plan.h).
 std::size_t workspace_size(const IndexerTopkParams& params, const FusedHooks& hooks = {});
 

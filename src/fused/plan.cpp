@@ -10,21 +10,21 @@
 namespace dsa::fused {
 namespace {
 
-// The bounded scores buffer of the repair path and the staged route: rows
+// The bounded scores buffer of the repair path and the unfused route: rows
 // are scored batch by batch into at most this many bytes (at least one
 // row). Each batch pays a scoring tail and a partial last wave of the
 // top-k: 512 MB measured 1.2-2.1 % faster than 256 MB at 4096 x 32K and
 // 64K (one batch instead of two, two instead of four; docs/perf-log.md,
 // F22, F27).
 constexpr std::size_t kScoresBufferBytes = std::size_t{512} << 20;
-// staged_by_shape's "every row fits one batch" past kStagedMaxKeys keys
-// is measured against this size, not the buffer's: the staged route
+// unfused_by_shape's "every row fits one batch" past kUnfusedMaxKeys keys
+// is measured against this size, not the buffer's: the unfused route
 // measures faster for rows whose scores fit 256 MB (docs/perf-log.md, F18)
 // and slower at 4096 x 256K (F20).
 constexpr std::size_t kSingleBatchRouteBytes = std::size_t{256} << 20;
 
 // Threads a block of the one-thread-per-item kernels (the sample gathering,
-// the staged route's trace), and the most blocks the sample gathering
+// the unfused route's trace), and the most blocks the sample gathering
 // takes (it loops over the rest).
 constexpr std::int64_t kItemThreads = 256;
 constexpr std::int64_t kMaxSampleBlocks = 65535;
@@ -51,8 +51,8 @@ FusedRoute route(const IndexerTopkParams& p, const FusedHooks& hooks) {
   using Route = FusedHooks::Route;
   const bool fused = hooks.route == Route::kFused ||
                      (hooks.route == Route::kByShape &&
-                      (hooks.force_threshold || !staged_by_shape(p.num_queries, p.num_keys)));
-  return fused ? FusedRoute::kFused : FusedRoute::kStaged;
+                      (hooks.force_threshold || !unfused_by_shape(p.num_queries, p.num_keys)));
+  return fused ? FusedRoute::kFused : FusedRoute::kUnfused;
 }
 
 // The per-row pieces of the fused stages take rows_with_stages rows (0 on
@@ -85,8 +85,8 @@ unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + 
 
 }  // namespace
 
-bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys) {
-  return num_keys <= kStagedMaxKeys || num_queries <= rows_in(num_keys, kSingleBatchRouteBytes);
+bool unfused_by_shape(std::int64_t num_queries, std::int64_t num_keys) {
+  return num_keys <= kUnfusedMaxKeys || num_queries <= rows_in(num_keys, kSingleBatchRouteBytes);
 }
 
 FusedPlan make_plan(const IndexerTopkParams& p, const DeviceLimits& limits, const FusedHooks& hooks) {
@@ -104,9 +104,9 @@ FusedPlan make_plan(const IndexerTopkParams& p, const DeviceLimits& limits, cons
   switch (plan.route) {
     case FusedRoute::kMathOnly:
       return plan;
-    case FusedRoute::kStaged: {
-      plan.staged_trace = {blocks_for(T), kItemThreads, 0};
-      const std::int64_t cap = hooks.staged_batch_rows;
+    case FusedRoute::kUnfused: {
+      plan.unfused_trace = {blocks_for(T), kItemThreads, 0};
+      const std::int64_t cap = hooks.unfused_batch_rows;
       plan.score_and_select = {{T, cap > 0 ? std::min(cap, buffer_rows) : buffer_rows}, score_stride};
       return plan;
     }

@@ -16,26 +16,26 @@
 
 namespace dsa::fused {
 
-// Up to this many keys (num_keys) the operator takes the staged route. The
+// Up to this many keys (num_keys) the operator takes the unfused route. The
 // unfused pipeline measures faster than the fused stages up to 32K (4096 x
 // 8K 0.553 against 0.858 ms, 16K 1.149 against 1.416, 32K 2.414 against
-// 2.508; docs/perf-log.md, F17), and so does the staged route at 4096 x 64K
+// 2.508; docs/perf-log.md, F17), and so does the unfused route at 4096 x 64K
 // (4.17 against 4.53 ms) and 128K (8.68-8.89 against 8.96; F19). At 4096 x
-// 256K the fused route is faster (staged 1.045x its time, F20), so longer
+// 256K the fused route is faster (unfused 1.045x its time, F20), so longer
 // rows keep the fused route.
-inline constexpr std::int64_t kStagedMaxKeys = 131072;
+inline constexpr std::int64_t kUnfusedMaxKeys = 131072;
 
-// The route FusedHooks::Route::kByShape takes: staged when num_keys <=
-// kStagedMaxKeys, or when every row's scores fit 256 MB (one scoring launch
+// The route FusedHooks::Route::kByShape takes: unfused when num_keys <=
+// kUnfusedMaxKeys, or when every row's scores fit 256 MB (one scoring launch
 // and one top-k launch): there the unfused pipeline beats the fused stages
 // too (64 x 128K 0.184 against 0.204 ms, 512 x 128K 1.115 against 1.161;
 // docs/perf-log.md, F18).
-bool staged_by_shape(std::int64_t num_queries, std::int64_t num_keys);
+bool unfused_by_shape(std::int64_t num_queries, std::int64_t num_keys);
 
 // The route a call takes (FusedHooks::route asks for one).
 enum class FusedRoute {
   kFused,     // stages 1-4 (fused.h)
-  kStaged,    // every row scored into the bounded buffer, then the standalone top-k
+  kUnfused,   // every row scored into the bounded buffer, then the standalone top-k
   kMathOnly,  // FusedMode::kMathOnly: stage 2's math folded into a checksum
 };
 
@@ -51,7 +51,7 @@ struct SamplePlan {
 
 // Byte offsets of the workspace's pieces, laid end to end in this order,
 // each 256-byte aligned (WorkspaceLayout). A piece the route does not use
-// takes no bytes: the staged route and the math-only control take only the
+// takes no bytes: the unfused route and the math-only control take only the
 // scores buffer and the checksum word. S = samples (SamplePlan::count).
 struct FusedWorkspace {
   std::size_t sample_keys = 0;    // [S, kHeadDim] FP8 bytes: the sampled keys
@@ -104,11 +104,11 @@ struct ScoreAndSelectStage {
 struct FusedPlan {
   FusedRoute route = FusedRoute::kFused;
   FusedWorkspace workspace;
-  LaunchGrid staged_trace;  // kStaged: mark_staged_kernel, run when FusedHooks::trace is set
+  LaunchGrid unfused_trace;  // kUnfused: mark_unfused_kernel, run when FusedHooks::trace is set
   SampleStage sample;       // kFused
   FilterStage filter;       // kFused
   SelectStage select;       // kFused
-  // kStaged: every row, in batches of at most FusedHooks::staged_batch_rows;
+  // kUnfused: every row, in batches of at most FusedHooks::unfused_batch_rows;
   // kFused: stage 4, the repair of the rows stage 3 flagged, in batches of
   // what the buffer holds; kMathOnly: no batches.
   ScoreAndSelectStage score_and_select;

@@ -19,19 +19,19 @@
 
 namespace dsa::fused {
 
-// The candidates of rows with up to kStaged of them are copied to shared
-// memory once; larger sets (overflowing rows that still certify) are read
-// from the workspace on every pass. tau is the sample of rank j ~ 97 of
+// The candidates of rows with up to kSmemCandidates of them are copied to
+// shared memory once; larger sets (overflowing rows that still certify) are
+// read from the workspace on every pass. tau is the sample of rank j ~ 97 of
 // S = 64 N / K (threshold_kernel.cuh), so the count is ~N j / S = 1.52 K
 // with a standard deviation of ~N sqrt(j) / S = 0.15 K: 2.25 K covers it by
-// ~4.8 sigma (1.5 K left half the rows in the workspace; staging them bought
+// ~4.8 sigma (1.5 K left half the rows in the workspace; copying them bought
 // only 210 -> 204 us at T = 4096: the stage is bound by its instructions per
 // candidate and pass, docs/perf-log.md, F10). Shared memory stays small enough
 // for four rows per SM; the emitted order keys share their space with the
 // sort.
 template <int K, int Threads>
 struct SelectConfig {
-  static constexpr int kStaged = 9 * K / 4;
+  static constexpr int kSmemCandidates = 9 * K / 4;
   static constexpr int kWarps = Threads / kWarpSize;
   using BlockSort = cub::BlockRadixSort<std::uint64_t, Threads, K / Threads>;
   struct SharedStorage {
@@ -42,8 +42,8 @@ struct SelectConfig {
       std::uint32_t histogram[selection::device::kWindowBins];
       typename BlockSort::TempStorage sort;  // the sorted write-out, after out is read
     } emit;
-    std::uint32_t keys[kStaged];
-    std::int32_t pos[kStaged];
+    std::uint32_t keys[kSmemCandidates];
+    std::int32_t pos[kSmemCandidates];
     selection::device::RadixShared radix;
     selection::device::WindowSelectShared<kWarps> window;
     std::uint32_t emitted;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   }
   if (threadIdx.x == 0) sh.emitted = 0;
   const std::uint64_t* area = a.candidates + t * a.capacity;
-  const bool staged = c <= static_cast<std::uint32_t>(Cfg::kStaged);  // the same for every thread
+  const bool in_smem = c <= static_cast<std::uint32_t>(Cfg::kSmemCandidates);  // the same for every thread
   std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
 #pragma unroll 4
   for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
@@ -107,13 +107,13 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
     const auto key = static_cast<std::uint32_t>(v >> 32);
     lo = min(lo, key);
     hi = max(hi, key);
-    if (staged) {
+    if (in_smem) {
       sh.keys[i] = key;
       sh.pos[i] = selection::device::order_pos(v);
     }
   }
   sh.key_range.publish(lo, hi);
-  __syncthreads();  // out[], the counter, the staged candidates and the key range visible
+  __syncthreads();  // out[], the counter, the shared-memory candidates and the key range visible
   sh.key_range.gather(lo, hi);
   const auto items = [&](auto&& fn) {
     for (std::uint32_t base = 0; base < c; base += Threads) {
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
       std::uint32_t key = 0;
       std::int32_t pos = 0;
       if (present) {
-        if (staged) {
+        if (in_smem) {
           key = sh.keys[i];
           pos = sh.pos[i];
         } else {

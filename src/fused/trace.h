@@ -11,7 +11,7 @@ namespace dsa::fused {
 enum class FusedPath : std::uint32_t {
   kCertified = 1,  // fused_certified() held: selected from the staged entries
   kRepaired,       // the certificate failed (underflow or overflow): repair path
-  kStaged,         // the staged route (plan.h): scored, then the standalone top-k
+  kUnfused,        // the unfused route (plan.h): scored, then the standalone top-k
 };
 
 struct FusedRowTrace {

@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap scale_map, const ScoresArgs args, const Sink sink,
                           const Keys source) {
   using S = Shape<kHeads, kCols>;
-  // A top-k launched after this kernel with after_producer (the staged
+  // A top-k launched after this kernel with after_producer (the unfused
   // route's) may take the SMs this grid's CTAs leave, and waits there for
   // this grid's end; a kernel launched the ordinary way still starts after it.
   sm90::allow_dependent_launch();

@@ -42,7 +42,7 @@ run(2 "--op: expected indexer, scores, topk or decode, got 'nope'" bench --op no
 run(2 "--rest-ms: expected 0 to 10000 milliseconds" bench --backend cuda --T 6 --N 3000 --rest-ms -5)
 run(2 "--rest-ms: rests the GPU (--backend cuda)" bench --T 6 --N 3000 --rest-ms 10)
 run(2 "--route: the CUDA indexer's option (--op indexer --backend cuda)" bench --op topk --T 6 --N 3000 --route fused)
-run(2 "--route: expected by-shape, fused or staged, got 'sideways'" bench --backend cuda --T 6 --N 3000 --route sideways)
+run(2 "--route: expected by-shape, fused or unfused, got 'sideways'" bench --backend cuda --T 6 --N 3000 --route sideways)
 # The decode operator (indexer_topk_paged) on the CPU backend, and its argument errors.
 run(0 "exact" check --op decode --dist small-integer,ties --B 2 --next-n 3 --L 700 --K 512 --block-size 16
     --deterministic --sorted --values)

@@ -62,21 +62,21 @@ std::vector<std::pair<std::int64_t, std::int64_t>> shape_sweep() {
 
 std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Up to 128K keys every shape is staged; past it only when every row's
+// Up to 128K keys every shape takes the unfused route; past it only when every row's
 // scores fit 256 MB (one scoring and one top-k launch).
 TEST(FusedPlan, RouteByShape) {
-  EXPECT_TRUE(staged_by_shape(4096, 8192));
-  EXPECT_TRUE(staged_by_shape(4096, kStagedMaxKeys));
-  EXPECT_FALSE(staged_by_shape(4096, kStagedMaxKeys + 1));
+  EXPECT_TRUE(unfused_by_shape(4096, 8192));
+  EXPECT_TRUE(unfused_by_shape(4096, kUnfusedMaxKeys));
+  EXPECT_FALSE(unfused_by_shape(4096, kUnfusedMaxKeys + 1));
   // 256K keys: a row is 1 MB, so 256 rows fill 256 MB.
-  EXPECT_TRUE(staged_by_shape(256, 262144));
-  EXPECT_FALSE(staged_by_shape(257, 262144));
-  EXPECT_TRUE(staged_by_shape(1, std::int64_t{1} << 30));  // one row, however long
+  EXPECT_TRUE(unfused_by_shape(256, 262144));
+  EXPECT_FALSE(unfused_by_shape(257, 262144));
+  EXPECT_TRUE(unfused_by_shape(1, std::int64_t{1} << 30));  // one row, however long
 }
 
-// The staged route's workspace is its batch buffer (T rows, at most 512 MB
+// The unfused route's workspace is its batch buffer (T rows, at most 512 MB
 // of them, at least one) and the checksum word; nothing of the fused stages.
-TEST(FusedPlan, StagedWorkspaceIsTheBatchBuffer) {
+TEST(FusedPlan, UnfusedWorkspaceIsTheBatchBuffer) {
   EXPECT_EQ(workspace_size(shape(4096, 8192)), 128 * kMiB + kChecksumBytes);
   EXPECT_EQ(workspace_size(shape(4096, 32768)), 512 * kMiB + kChecksumBytes);
   EXPECT_EQ(workspace_size(shape(4096, 131072)), 512 * kMiB + kChecksumBytes);  // 1024 of 4096 rows a batch
@@ -94,7 +94,7 @@ TEST(FusedPlan, StagedWorkspaceIsTheBatchBuffer) {
 // bytes a row), which grow with T and K but not with N.
 TEST(FusedPlan, FusedWorkspaceGrowsWithRowsNotKeys) {
   const std::int64_t N = std::int64_t{1} << 20;
-  ASSERT_FALSE(staged_by_shape(4096, N));
+  ASSERT_FALSE(unfused_by_shape(4096, N));
   const std::size_t fused = workspace_size(shape(4096, N));
   const std::size_t candidates = std::size_t{4096} * 4 * 2048 * 8;
   EXPECT_GT(fused, 512 * kMiB + candidates);
@@ -106,12 +106,12 @@ TEST(FusedPlan, FusedWorkspaceGrowsWithRowsNotKeys) {
   EXPECT_LT(workspace_size(shape(2048, N)), fused);
 }
 
-// Hooks size the route they take: a fused route pinned on a staged shape
-// needs the fused stages' pieces; the staged route pinned past 128K keys
+// Hooks size the route they take: a fused route pinned on an unfused-route shape
+// needs the fused stages' pieces; the unfused route pinned past 128K keys
 // and the math-only control need only the buffer and the checksum word.
 TEST(FusedPlan, HooksSizeThePinnedRoute) {
   const IndexerTopkParams small = shape(40, 20000);
-  ASSERT_TRUE(staged_by_shape(40, 20000));
+  ASSERT_TRUE(unfused_by_shape(40, 20000));
   FusedHooks fused_route;
   fused_route.route = FusedHooks::Route::kFused;
   EXPECT_GT(workspace_size(small, fused_route), workspace_size(small) + std::size_t{40} * 4 * 2048 * 8);
@@ -123,29 +123,29 @@ TEST(FusedPlan, HooksSizeThePinnedRoute) {
   EXPECT_EQ(workspace_size(small, math_only), workspace_size(small));
 
   const IndexerTopkParams long_rows = shape(4096, 262144);
-  ASSERT_FALSE(staged_by_shape(4096, 262144));
-  FusedHooks staged;
-  staged.route = FusedHooks::Route::kStaged;
-  EXPECT_EQ(workspace_size(long_rows, staged), 512 * kMiB + kChecksumBytes);
-  EXPECT_LT(workspace_size(long_rows, staged), workspace_size(long_rows));
+  ASSERT_FALSE(unfused_by_shape(4096, 262144));
+  FusedHooks unfused;
+  unfused.route = FusedHooks::Route::kUnfused;
+  EXPECT_EQ(workspace_size(long_rows, unfused), 512 * kMiB + kChecksumBytes);
+  EXPECT_LT(workspace_size(long_rows, unfused), workspace_size(long_rows));
   math_only.route = FusedHooks::Route::kFused;  // the control ignores the route
-  EXPECT_EQ(workspace_size(long_rows, math_only), workspace_size(long_rows, staged));
+  EXPECT_EQ(workspace_size(long_rows, math_only), workspace_size(long_rows, unfused));
 }
 
 // The route make_plan takes: by shape at every shape of the h200 bench grid
-// (all staged) and past it; a pinned route, a forced tau (the fused route)
+// (all unfused) and past it; a pinned route, a forced tau (the fused route)
 // and the math-only control whatever the shape.
 TEST(FusedPlan, RouteAtTheBenchShapes) {
   for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{4096, 8192}, {4096, 16384}, {4096, 32768},
                       {4096, 65536}, {4096, 131072}, {512, 131072}, {64, 131072}}) {
-    EXPECT_EQ(make_plan(shape(T, N), h200()).route, FusedRoute::kStaged) << T << " x " << N;
+    EXPECT_EQ(make_plan(shape(T, N), h200()).route, FusedRoute::kUnfused) << T << " x " << N;
   }
   // The decode grid's longest rows: 4 rows of 1M keys fit one 256 MB batch.
-  EXPECT_EQ(make_plan(shape(4, std::int64_t{1} << 20), h200()).route, FusedRoute::kStaged);
+  EXPECT_EQ(make_plan(shape(4, std::int64_t{1} << 20), h200()).route, FusedRoute::kUnfused);
   EXPECT_EQ(make_plan(shape(4096, 262144), h200()).route, FusedRoute::kFused);
   EXPECT_EQ(make_plan(shape(257, 262144), h200()).route, FusedRoute::kFused);
   EXPECT_EQ(make_plan(shape(4096, 8192), h200(), pinned(FusedHooks::Route::kFused)).route, FusedRoute::kFused);
-  EXPECT_EQ(make_plan(shape(4096, 262144), h200(), pinned(FusedHooks::Route::kStaged)).route, FusedRoute::kStaged);
+  EXPECT_EQ(make_plan(shape(4096, 262144), h200(), pinned(FusedHooks::Route::kUnfused)).route, FusedRoute::kUnfused);
   FusedHooks forced;
   forced.force_threshold = true;
   EXPECT_EQ(make_plan(shape(4096, 8192), h200(), forced).route, FusedRoute::kFused);
@@ -161,7 +161,7 @@ TEST(FusedPlan, RouteAtTheBenchShapes) {
 TEST(FusedPlan, WorkspaceIsItsPiecesEndToEnd) {
   for (auto [T, N] : shape_sweep()) {
     for (int K : {512, 1024, 2048}) {
-      for (FusedHooks::Route route : {FusedHooks::Route::kFused, FusedHooks::Route::kStaged}) {
+      for (FusedHooks::Route route : {FusedHooks::Route::kFused, FusedHooks::Route::kUnfused}) {
         const IndexerTopkParams p = shape(T, N, K);
         const FusedPlan plan = make_plan(p, h200(), pinned(route));
         const FusedWorkspace& w = plan.workspace;
@@ -225,24 +225,24 @@ void expect_batches_cover_rows(const FusedPlan& plan, std::int64_t T, const char
 
 TEST(FusedPlan, BatchesCoverEveryRowOnce) {
   for (auto [T, N] : shape_sweep()) {
-    expect_batches_cover_rows(make_plan(shape(T, N), h200(), pinned(FusedHooks::Route::kStaged)), T, "staged");
+    expect_batches_cover_rows(make_plan(shape(T, N), h200(), pinned(FusedHooks::Route::kUnfused)), T, "unfused");
     expect_batches_cover_rows(make_plan(shape(T, N), h200(), pinned(FusedHooks::Route::kFused)), T, "repair");
     for (std::int64_t cap : {1, 2, 7, 1000000}) {
-      FusedHooks hooks = pinned(FusedHooks::Route::kStaged);
-      hooks.staged_batch_rows = cap;
+      FusedHooks hooks = pinned(FusedHooks::Route::kUnfused);
+      hooks.unfused_batch_rows = cap;
       const FusedPlan plan = make_plan(shape(T, N), h200(), hooks);
       EXPECT_LE(plan.score_and_select.batches.per_batch, cap);
-      expect_batches_cover_rows(plan, T, "staged, capped");
+      expect_batches_cover_rows(plan, T, "unfused, capped");
     }
   }
   // The buffer holds 512 MB of rows: 4096 x 128K takes four batches of 1024.
   const Batches batches = make_plan(shape(4096, 131072), h200()).score_and_select.batches;
   EXPECT_EQ(batches.count(), 4);
   EXPECT_EQ(batches.per_batch, 1024);
-  // The staged batch cap is for the staged route; the repair's batches are
+  // The unfused batch cap is for the unfused route; the repair's batches are
   // what the buffer holds.
   FusedHooks capped = pinned(FusedHooks::Route::kFused);
-  capped.staged_batch_rows = 3;
+  capped.unfused_batch_rows = 3;
   EXPECT_EQ(make_plan(shape(40, 20000), h200(), capped).score_and_select.batches.count(), 1);
   FusedHooks math_only;
   math_only.mode = FusedMode::kMathOnly;
@@ -277,7 +277,7 @@ TEST(FusedPlan, SamplePlan) {
       make_plan(shape(4096, std::int64_t{1} << 20), h200(), pinned(FusedHooks::Route::kFused)).sample.samples;
   EXPECT_EQ(s1m.step, 64);
   EXPECT_EQ(s1m.count, kMaxSampledKeys);
-  // The staged route samples nothing.
+  // The unfused route samples nothing.
   EXPECT_EQ(make_plan(shape(4096, 8192), h200()).sample.samples.count, 0);
 }
 
@@ -306,13 +306,14 @@ TEST(FusedPlan, SelectWidthAndFilterByK) {
 
 // A call with no rows plans no launch and no workspace, on every route.
 TEST(FusedPlan, NoRowsPlanNothing) {
-  for (FusedHooks::Route route : {FusedHooks::Route::kByShape, FusedHooks::Route::kFused, FusedHooks::Route::kStaged}) {
+  using Route = FusedHooks::Route;
+  for (Route route : {Route::kByShape, Route::kFused, Route::kUnfused}) {
     const FusedPlan plan = make_plan(shape(0, 8192), h200(), pinned(route));
     EXPECT_EQ(plan.workspace.total, 0u);
     EXPECT_EQ(plan.score_and_select.batches.count(), 0);
     EXPECT_EQ(plan.select.blocks, 0u);
     EXPECT_EQ(plan.sample.threshold.blocks, 0u);
-    EXPECT_EQ(plan.staged_trace.blocks, 0u);
+    EXPECT_EQ(plan.unfused_trace.blocks, 0u);
   }
 }
 

@@ -124,7 +124,7 @@ TEST(TopkPlan, SplitClusterSize) {
   EXPECT_EQ(split_cluster_size(1, n, none), 1);
 }
 
-// The staged route's programmatic top-k: the resident kernel only once its
+// The unfused route's programmatic top-k: the resident kernel only once its
 // rows fill the device's CTAs (528 at 8K, 264 at 16K on the H200), every
 // sampled launch whatever its rows, and nothing that was not asked for.
 TEST(TopkPlan, ProgrammaticLaunchSkipsResidentLaunchesOfFewRows) {
@@ -163,7 +163,7 @@ TEST(TopkPlan, GeometryByShape) {
   }
 }
 
-// The launches the fused operator's staged route makes at the h200 bench
+// The launches the fused operator's unfused route makes at the h200 bench
 // grid's shapes (batches of at most 512 MB of rows) and the decode grid's.
 TEST(TopkPlan, GeometryAtTheBenchShapes) {
   EXPECT_EQ(geometry_of(4096, 8192), TopkGeometry::kResident8K);

@@ -256,8 +256,8 @@ FusedResult run_fused(const DeviceProblem& dev, const SelectOptions& options, bo
   return r;
 }
 
-// Both routes on problems of at most kStagedMaxKeys keys: null runs the
-// public operator (the staged route by shape), the hooks pin the fused one.
+// Both routes on problems of at most kUnfusedMaxKeys keys: null runs the
+// public operator (the unfused route by shape), the hooks pin the fused one.
 const FusedHooks kFusedRoute = [] {
   FusedHooks h;
   h.route = FusedHooks::Route::kFused;
@@ -383,7 +383,7 @@ TEST(FusedGpu, OptionMatrix) {
             const SelectOptions o = make_options(1024, ties, base, sorted);
             SCOPED_TRACE(::testing::Message() << "ties " << static_cast<int>(ties) << " base "
                                               << static_cast<int>(base) << " sorted " << sorted << " values "
-                                              << values << (route == nullptr ? " staged (by shape)" : " fused"));
+                                              << values << (route == nullptr ? " unfused (by shape)" : " fused"));
             const FusedResult r = run_fused(dev, o, values, route);
             expect_matches_unfused(oracle, o, r.out);
             // The checker as well in deterministic mode: sorted order, padding.
@@ -406,54 +406,54 @@ TEST(FusedGpu, SmallIntegerAgainstCpuReference) {
                                    make_options(K, TieBreak::kAny, IndexBase::kAbsolute, false)}) {
       for (const FusedHooks* route : kBothRoutes) {
         const tools::CheckReport report = tools::check_problem(prob, o, run_fused(dev, o, true, route).out);
-        EXPECT_TRUE(report.ok()) << "K=" << K << (route == nullptr ? " staged: " : " fused: ") << report.summary();
+        EXPECT_TRUE(report.ok()) << "K=" << K << (route == nullptr ? " unfused: " : " fused: ") << report.summary();
       }
     }
   }
 }
 
-// The route by shape: keys up to kStagedMaxKeys staged; one more key
-// staged while every row fits one batch of the staged buffer (T = 40), fused
-// past it (T = 600: 600 x 131076 floats > 256 MB); the trace says which.
-// The staged route pinned at a longer N; every answer the unfused one.
-TEST(FusedGpu, RouteByShapeAndStagedMatchesUnfused) {
+// The route by shape: keys up to kUnfusedMaxKeys unfused; one more key
+// unfused while every row fits one batch of the buffer (T = 40), fused past
+// it (T = 600: 600 x 131076 floats > 256 MB); the trace says which. The
+// unfused route pinned at a longer N; every answer the oracle's.
+TEST(FusedGpu, RouteByShapeAndUnfusedRouteMatchOracle) {
   const int K = 2048;
-  const std::int64_t past = fused::kStagedMaxKeys + 1;
-  for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{40, fused::kStagedMaxKeys}, {40, past}, {600, past}}) {
-    const bool want_staged = fused::staged_by_shape(T, N);
-    EXPECT_EQ(want_staged, T == 40) << "T=" << T << " N=" << N;  // the rule itself
+  const std::int64_t past = fused::kUnfusedMaxKeys + 1;
+  for (auto [T, N] : {std::pair<std::int64_t, std::int64_t>{40, fused::kUnfusedMaxKeys}, {40, past}, {600, past}}) {
+    const bool want_unfused = fused::unfused_by_shape(T, N);
+    EXPECT_EQ(want_unfused, T == 40) << "T=" << T << " N=" << N;  // the rule itself
     const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, T, N, K, 64, 0, 21);
     DeviceProblem dev(prob);
     Unfused oracle(dev);
     SCOPED_TRACE(describe(prob, K));
-    FusedHooks by_shape, staged;  // by_shape: the operator's default route
-    staged.route = FusedHooks::Route::kStaged;
+    FusedHooks by_shape, unfused;  // by_shape: the operator's default route
+    unfused.route = FusedHooks::Route::kUnfused;
     for (const SelectOptions& o : {deterministic(K), make_options(K, TieBreak::kAny, IndexBase::kRelative, false)}) {
       const FusedResult a = run_fused(dev, o, true, &by_shape, /*keep_route=*/true);
       expect_matches_unfused(oracle, o, a.out);
-      const FusedPath want = want_staged ? FusedPath::kStaged : FusedPath::kCertified;
+      const FusedPath want = want_unfused ? FusedPath::kUnfused : FusedPath::kCertified;
       for (std::int64_t t = 0; t < prob.T; ++t) {
         if (row_len(prob, t) <= K) continue;
         const FusedPath got = a.trace[t].path;
         EXPECT_TRUE(got == want || (want == FusedPath::kCertified && got == FusedPath::kRepaired))
             << "row " << t << " path " << static_cast<int>(got);
       }
-      const FusedResult b = run_fused(dev, o, true, &staged);
+      const FusedResult b = run_fused(dev, o, true, &unfused);
       expect_matches_unfused(oracle, o, b.out);
       for (std::int64_t t = 0; t < prob.T; ++t) {
-        EXPECT_EQ(static_cast<int>(b.trace[t].path), static_cast<int>(FusedPath::kStaged)) << "row " << t;
+        EXPECT_EQ(static_cast<int>(b.trace[t].path), static_cast<int>(FusedPath::kUnfused)) << "row " << t;
       }
     }
   }
 }
 
-// The staged route in many batches (FusedHooks::staged_batch_rows): each
+// The unfused route in many batches (FusedHooks::unfused_batch_rows): each
 // batch's rows, ranges, queries, weights and outputs are offsets into the
 // caller's arrays, and every batch reuses one buffer, so an offset off by
 // a row or a top-k that read the buffer after the next batch's scoring
 // shows as a row that differs from the unfused answer. Batches of 1 row,
 // of sizes that leave a short last batch, and of the whole problem.
-TEST(FusedGpu, StagedBatchesMatchUnfused) {
+TEST(FusedGpu, UnfusedRouteBatchesMatchOracle) {
   const std::int64_t T = 67, N = 6100;
   for (auto [dist, layout] : {std::pair{Distribution::kModelLike, Layout::kCausalSuffix},
                               std::pair{Distribution::kTies, Layout::kVarlenBatch},
@@ -462,15 +462,15 @@ TEST(FusedGpu, StagedBatchesMatchUnfused) {
     DeviceProblem dev(prob);
     Unfused oracle(dev);
     for (std::int64_t rows : {std::int64_t{1}, std::int64_t{5}, std::int64_t{32}, T}) {
-      FusedHooks staged;
-      staged.route = FusedHooks::Route::kStaged;
-      staged.staged_batch_rows = rows;
+      FusedHooks unfused;
+      unfused.route = FusedHooks::Route::kUnfused;
+      unfused.unfused_batch_rows = rows;
       for (int K : {2048, 512}) {
         SCOPED_TRACE(describe(prob, K) + " batch rows " + std::to_string(rows));
         const SelectOptions det = deterministic(K);
-        expect_matches_unfused(oracle, det, run_fused(dev, det, true, &staged).out);
+        expect_matches_unfused(oracle, det, run_fused(dev, det, true, &unfused).out);
         const SelectOptions any = make_options(K, TieBreak::kAny, IndexBase::kRelative, false);
-        expect_matches_unfused(oracle, any, run_fused(dev, any, false, &staged).out);
+        expect_matches_unfused(oracle, any, run_fused(dev, any, false, &unfused).out);
       }
     }
   }
@@ -671,7 +671,7 @@ TEST(FusedGpu, DeterministicRunsBitIdentical) {
   Unfused oracle(dev);
   for (bool sorted : {false, true}) {
     for (const FusedHooks* route : kBothRoutes) {
-      SCOPED_TRACE(route == nullptr ? "staged (by shape)" : "fused");
+      SCOPED_TRACE(route == nullptr ? "unfused (by shape)" : "fused");
       const SelectOptions o = deterministic(1024, IndexBase::kAbsolute, sorted);
       const FusedResult a = run_fused(dev, o, true, route), b = run_fused(dev, o, true, route);
       expect_same_result(a.out, b.out, /*same_order=*/true, sorted ? "sorted run 1 vs 2" : "unsorted run 1 vs 2");
@@ -858,11 +858,11 @@ TEST(FusedGpu, TooSmallWorkspaceRejected) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.bytes << " bytes: " << st.to_string();
     EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
   }
-  // The shape takes the staged route, whose workspace is its batch buffer
+  // The shape takes the unfused route, whose workspace is its batch buffer
   // (8 rows of 5000 floats) and the checksum word; pinning the fused stages
   // needs their samples, counters and candidates too, and the launch checks
   // the size its hooks need.
-  ASSERT_TRUE(fused::staged_by_shape(prob.T, prob.N));
+  ASSERT_TRUE(fused::unfused_by_shape(prob.T, prob.N));
   EXPECT_EQ(bytes, std::size_t{8 * 5000 * 4 + 256});
   FusedHooks fused_route;
   fused_route.route = FusedHooks::Route::kFused;
@@ -892,14 +892,14 @@ TEST(FusedGpuLong, Causal64x128K) {
 }
 
 // Rows of a million keys through the public operator: 72 rows of 2^20
-// keys pass the 256 MB of staged_by_shape's one-batch rule, so the route
+// keys pass the 256 MB of unfused_by_shape's one-batch rule, so the route
 // by shape is the fused one (16384 samples a row, the threshold's widest
 // plan; its repair batches take the 512 MB buffer);
 // deterministic sorted output with values slot by slot against the
 // unfused pipeline, kAny against its scores.
 TEST(FusedGpuLong, MillionKeyRowsFusedRoute) {
   const std::int64_t T = 72, N = std::int64_t{1} << 20;
-  ASSERT_FALSE(fused::staged_by_shape(T, N));
+  ASSERT_FALSE(fused::unfused_by_shape(T, N));
   const IndexerProblem prob = indexer_problem(Distribution::kModelLike, Layout::kCausalSuffix, T, N, 2048);
   DeviceProblem dev(prob);
   Unfused oracle(dev);

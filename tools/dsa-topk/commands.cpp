@@ -214,7 +214,7 @@ struct Row {
   // CUDA indexer only, same inputs in the same run (0 = not measured):
   double unfused_ms = 0;  // indexer_scores + topk
   double math_ms = 0;     // the fused kernel's math-only control
-  std::string route = "";  // the operator's route: "fused" (its stages) or "staged" (batches + standalone top-k)
+  std::string route = "";  // the operator's route: "fused" (its stages) or "unfused" (batches + standalone top-k)
 };
 
 bool is_topk(const Row& r) { return r.op == "topk"; }
@@ -248,7 +248,7 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   if (fused) {
     std::printf("\nindexer on cuda: ms = fused operator (every stage); unfused = indexer_scores + topk; "
                 "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection);\n"
-                "route: the operator's route by shape (staged: rows scored in bounded batches, then the standalone "
+                "route: the operator's route by shape (unfused: rows scored in bounded batches, then the standalone "
                 "top-k; sel is then ms less the fused kernel's matrix work)\n");
   }
   std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
@@ -619,7 +619,7 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
   row.ms = median(cmp.fused_ms);
   row.unfused_ms = median(cmp.unfused_ms);
   row.math_ms = median(cmp.math_ms);
-  row.route = cmp.staged ? "staged" : "fused";
+  row.route = cmp.took_unfused_route ? "unfused" : "fused";
   if (!check) {
     row.result = "not verified";
     return row;
@@ -1173,10 +1173,10 @@ int run_bench(const Args& args) {
     const std::string route = args.get("route", "by-shape");
     if (route == "fused") {
       bench_hooks.route = fused::FusedHooks::Route::kFused;
-    } else if (route == "staged") {
-      bench_hooks.route = fused::FusedHooks::Route::kStaged;
+    } else if (route == "unfused") {
+      bench_hooks.route = fused::FusedHooks::Route::kUnfused;
     } else if (route != "by-shape") {
-      throw std::invalid_argument("--route: expected by-shape, fused or staged, got '" + route + "'");
+      throw std::invalid_argument("--route: expected by-shape, fused or unfused, got '" + route + "'");
     }
   }
   require_backend(backend);

@@ -304,8 +304,9 @@ Status compare_indexer_on_device(const tools::IndexerProblem& prob, const Select
   using Route = fused::FusedHooks::Route;
   fused::FusedHooks route_hooks;
   route_hooks.route = bench_hooks.route;
-  out->staged = bench_hooks.route == Route::kByShape ? fused::staged_by_shape(p.num_queries, p.num_keys)
-                                                     : bench_hooks.route == Route::kStaged;
+  out->took_unfused_route = bench_hooks.route == Route::kByShape
+                                ? fused::unfused_by_shape(p.num_queries, p.num_keys)
+                                : bench_hooks.route == Route::kUnfused;
 
   // The three sides are timed call by call in turn (timed_rounds), so they
   // meet the same power state.

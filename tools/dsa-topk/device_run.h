@@ -37,7 +37,7 @@ Status paged_scores(const tools::PagedProblem& prob, Backend backend, int thread
 //   * math-only: the fused kernel's control build (fused::FusedMode::
 //     kMathOnly) on the same workspace, so fused - math-only is the exposed
 //     selection time.
-// With a pinned route (kFused, kStaged) the fused side runs
+// With a pinned route (kFused, kUnfused) the fused side runs
 // fused::launch_indexer_topk with that route; kByShape runs the public
 // dsa::indexer_topk, whose warm-up call validates the ranges.
 struct IndexerBenchHooks {
@@ -47,7 +47,7 @@ struct IndexerComparison {
   tools::TopkOutput fused, unfused;  // the last result of each
   std::vector<float> scores;         // [T, N] unfused scores, when asked for
   std::vector<double> fused_ms, unfused_ms, math_ms;
-  bool staged = false;  // the fused side took the staged route, not the fused stages
+  bool took_unfused_route = false;  // the fused side took the unfused route, not the fused stages
 };
 Status compare_indexer_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values,
                                  int reps, bool keep_scores, const IndexerBenchHooks& bench_hooks,

@@ -109,9 +109,9 @@ const std::vector<Command>& commands() {
          "(default 0: back to back, as an engine runs; under sustained\n"
          "load the 700 W cap lowers the clock within some tens of ms,\n"
          "so long rows time slower)"},
-        {"route", "by-shape|fused|staged",
+        {"route", "by-shape|fused|unfused",
          "(--op indexer --backend cuda) the operator's route (default\n"
-         "by shape: staged up to 128K keys)"}},
+         "by shape: unfused up to 128K keys)"}},
        0, dsa::cli::run_bench},
       {"replay", "run the indexer on a safetensors dump", "replay IN [OPTIONS]",
        "Runs the indexer on a safetensors dump (q, k, k_scale, w, ks, ke and metadata topk, as\n"

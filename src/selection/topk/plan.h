@@ -81,7 +81,7 @@ constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, c
 // Whether a launch asked to follow the scores' producer programmatically
 // (TopkHooks::after_producer) is launched so: num_rows rows of a kernel the
 // device holds ctas_on_device CTAs of at once. Not when the resident kernel
-// has fewer rows than that. Measured on the H200 in the operator's staged
+// has fewer rows than that. Measured on the H200 in the operator's unfused
 // route against ordinary launches (docs/perf-log.md, F34, F35): 64 / 132
 // / 264 x 8K sorted took 1.68 / 1.57 / 1.25x the time (default options
 // 1.02-1.07x), 64 x 16K 1.03-1.24x, and 64 sorted 8K rows took about as
