@@ -1237,6 +1237,7 @@ int run_replay(const Args& args) {
     return 1;
   }
   options.k = static_cast<int>(args.get_int("K", topk_from_file));
+  options.check_finite = args.flag("check-finite");
   const RunResult r = run_operator(prob, options, args.flag("values"), backend, threads, 1);
   if (!r.status.ok()) {
     std::fprintf(stderr, "dsa-topk replay: %s\n", r.status.to_string().c_str());

@@ -120,6 +120,7 @@ const std::vector<Command>& commands() {
         {"K", "K", "512, 1024 or 2048 (default: the file's topk)"},
         kThreads, kDeterministic, kRelative, kSorted, kValues,
         {"verify", "", "check the result exactly against the operator's own fp32\nscores"},
+        {"check-finite", "", "reject NaN/Inf in q, k, k_scale or w (exit code 1, the\nfirst one named) instead of ranking NaN scores as -inf"},
         {"out", "FILE", "write indices (and values with --values)"}},
        1, dsa::cli::run_replay},
       {"generate", "write a generated problem as a safetensors dump", "generate --out FILE [OPTIONS]",
