@@ -320,7 +320,8 @@ TEST(CheckFiniteGpu, IndexerInputOrder) {
 
 TEST(CheckFiniteGpu, IndexerManagedMemoryAndUncheckedRanges) {
   const CudaRun managed{true, true}, unchecked{false, false};
-  expect_indexer_rejected([](auto& p) { p.k[700 * 144 + 9] = kFp8Nan; p.k[701 * 144] = kFp8Nan; }, "k[700, 9]", managed);
+  expect_indexer_rejected([](auto& p) { p.k[700 * 144 + 9] = kFp8Nan; p.k[701 * 144] = kFp8Nan; }, "k[700, 9]",
+                          managed);
   expect_indexer_rejected([](auto& p) { p.w[200] = kInf; }, "w[200] is inf", unchecked);
 }
 
