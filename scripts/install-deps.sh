@@ -2,7 +2,7 @@
 # Installs the Debian packages the build needs (when missing) and checks that
 # the CUDA toolkit is present. Needs root for apt-get.
 set -euo pipefail
-packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev)
+packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

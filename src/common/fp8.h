@@ -12,6 +12,9 @@ namespace dsa {
 
 inline constexpr float kFp8E4m3Max = 448.0f;
 
+// 0x7f and 0xff, the only NaN encodings (e4m3fn has no infinities).
+DSA_HD bool fp8_is_nan(std::uint8_t byte) { return (byte & 0x7F) == 0x7F; }
+
 // Exact decode of one e4m3fn byte.
 DSA_HD float fp8_e4m3_to_float(std::uint8_t byte) {
   const std::uint32_t sign = static_cast<std::uint32_t>(byte & 0x80u) << 24;

@@ -15,8 +15,6 @@ namespace dsa::reference {
 namespace {
 
 constexpr int kLanes = 16;  // the dot product's documented lane count
-constexpr std::int64_t kScaleBytes = sizeof(float);
-constexpr std::int64_t kPagedSlotBytes = kHeadDim + kScaleBytes;  // a cache slot's key and scale
 
 struct Fp8Table {
   float value[256];
@@ -311,21 +309,12 @@ std::int64_t paged_slot(const PagedIndexerInputs& p, std::int64_t b, std::int64_
   return block * p.block_size + position % p.block_size;
 }
 
-std::int64_t paged_key_offset(int block_size, std::int64_t slot) {
-  return slot / block_size * block_size * kPagedSlotBytes + slot % block_size * kHeadDim;
-}
-
-std::int64_t paged_scale_offset(int block_size, std::int64_t slot) {
-  return slot / block_size * block_size * kPagedSlotBytes + std::int64_t{block_size} * kHeadDim +
-         slot % block_size * kScaleBytes;
-}
-
 void gather_paged_keys(const PagedIndexerInputs& p, std::int64_t b, std::int64_t len, std::uint8_t* keys,
                        float* scales) {
   for (std::int64_t pos = 0; pos < len; ++pos) {
     const std::int64_t slot = paged_slot(p, b, pos);
     std::memcpy(keys + pos * kHeadDim, p.kv_cache + paged_key_offset(p.block_size, slot), kHeadDim);
-    std::memcpy(scales + pos, p.kv_cache + paged_scale_offset(p.block_size, slot), kScaleBytes);
+    std::memcpy(scales + pos, p.kv_cache + paged_scale_offset(p.block_size, slot), kPagedScaleBytes);
   }
 }
 

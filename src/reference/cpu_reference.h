@@ -76,10 +76,6 @@ std::int64_t paged_request_length(const PagedIndexerInputs& params, std::int64_t
 std::int64_t paged_blocks(const PagedIndexerInputs& params, std::int64_t len);
 // Physical slot of request b's position: block_table[b, p / bs] * bs + p % bs.
 std::int64_t paged_slot(const PagedIndexerInputs& params, std::int64_t b, std::int64_t position);
-// Byte offsets in kv_cache of a slot's D key bytes and of its fp32 scale: a
-// block holds its block_size key rows, then its block_size scales.
-std::int64_t paged_key_offset(int block_size, std::int64_t slot);
-std::int64_t paged_scale_offset(int block_size, std::int64_t slot);
 // Request b's positions [0, len) copied out of the cache: keys [len, D] FP8,
 // scales [len].
 void gather_paged_keys(const PagedIndexerInputs& params, std::int64_t b, std::int64_t len, std::uint8_t* keys,

@@ -67,6 +67,25 @@ run(2 "--block-size: the decode option (--op decode)" check --op topk --block-si
 run(0 "wrote" generate --dist model-like --layout varlen-batch --T 5 --N 900 --K 512 --out "${WORK_DIR}/in.safetensors")
 run(0 "checked 5 rows: 0 failed" replay "${WORK_DIR}/in.safetensors" --verify --relative --values
     --out "${WORK_DIR}/out.safetensors")
+# --check-finite: a NaN in any input is named (exit code 1) before anything is written; without it
+# NaN scores rank as -inf and the replay passes.
+run(0 "replayed" replay "${WORK_DIR}/in.safetensors" --check-finite)
+foreach(plant "k_scale;3;k_scale[3] is nan" "q;70;q: byte 70 is FP8 NaN" "k;300;k[2, 44] is FP8 NaN" "w;9;w[9] is nan")
+  list(GET plant 0 tensor)
+  list(GET plant 1 index)
+  list(GET plant 2 message)
+  execute_process(COMMAND "${DSA_PLANT_NAN}" "${WORK_DIR}/in.safetensors" "${WORK_DIR}/nan.safetensors" ${tensor}
+                          ${index} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "plant_nan ${tensor} ${index}: exit code ${rc}")
+  endif()
+  run(0 "replayed" replay "${WORK_DIR}/nan.safetensors")
+  run_lacking(1 "dsa-topk replay: non-finite input: ${message}" "wrote" replay "${WORK_DIR}/nan.safetensors"
+              --check-finite --out "${WORK_DIR}/nan-out.safetensors")
+endforeach()
+if(EXISTS "${WORK_DIR}/nan-out.safetensors")
+  message(FATAL_ERROR "replay --check-finite wrote ${WORK_DIR}/nan-out.safetensors from a rejected input")
+endif()
 file(WRITE "${WORK_DIR}/bad.safetensors" "this is not a safetensors file")
 run(1 "bad.safetensors" replay "${WORK_DIR}/bad.safetensors")
 run(1 "missing.safetensors" replay "${WORK_DIR}/missing.safetensors")
@@ -142,6 +161,8 @@ elseif("${out}${err}" MATCHES "no usable GPU")
 else()
   run(0 "exact" check --backend cuda --dist ties --T 2 --N 3000 --K 512)
   run_lacking(1 "options.k" "timing:" bench --backend cuda --T 6 --N 3000 --K 3000 --reps 1)
+  run(1 "dsa-topk replay: non-finite input: w[9] is nan" replay "${WORK_DIR}/nan.safetensors" --backend cuda
+      --check-finite)
 endif()
 
 # A long CPU verification prints a progress line with the elapsed time and an ETA (the first one

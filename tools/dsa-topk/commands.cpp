@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "baselines.h"
@@ -233,11 +234,14 @@ double percent_of_ceiling(const Row& r, const GpuCeilings* ceilings) {
   return ceiling > 0 ? 100.0 * rate_of(r) / ceiling : 0;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+// A table cell: `v` with `precision` decimals, or "-" where there is nothing
+// to show.
+std::string cell(bool shown, double v, int precision) { return shown ? fmt::format("{:.{}f}", v, precision) : "-"; }
+
+// The columns every row has; baselines and the fused indexer's add theirs.
+constexpr const char* kRowColumns = "{:<8} {:<14} {:<17} {:<5} {:>6} {:>8} {:>5} {:>10} {:>9} {:>10} {:>9} {:<8} {:>7}";
+constexpr const char* kBaselineColumns = " {:>9} {:>7} {:>9} {:>6}";
+constexpr const char* kFusedColumns = " {:>10} {:>6} {:>9} {:>9} {:<6}";
 
 // Scoring ops report TFLOP/s against the FP8 ceiling; top-k reports the rate
 // it reads the scores (4 bytes per pair) against the copy ceiling. CUDA
@@ -246,42 +250,34 @@ void print_table(const std::vector<Row>& rows, const GpuCeilings* ceilings) {
   const bool baselines = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.cub_ms > 0; });
   const bool fused = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.unfused_ms > 0; });
   if (fused) {
-    std::printf("\nindexer on cuda: ms = fused operator (every stage); unfused = indexer_scores + topk; "
-                "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection);\n"
-                "route: the operator's route by shape (unfused: rows scored in bounded batches, then the standalone "
-                "top-k; sel is then ms less the fused kernel's matrix work)\n");
+    fmt::print("\nindexer on cuda: ms = fused operator (every stage); unfused = indexer_scores + topk; "
+               "xunf = unfused / fused;\nmath = fused math-only control; sel = ms - math (exposed selection);\n"
+               "route: the operator's route by shape (unfused: rows scored in bounded batches, then the standalone "
+               "top-k; sel is then ms less the fused kernel's matrix work)\n");
   }
-  std::printf("\n%-8s %-14s %-17s %-5s %6s %8s %5s %10s %9s %10s %9s %-8s %7s", "op", "dist", "layout", "back", "T",
-              "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit", "%ceil");
-  if (baselines) std::printf(" %9s %7s %9s %6s", "CUB ms", "xCUB", "read ms", "xread");
-  if (fused) std::printf(" %10s %6s %9s %9s %-6s", "unfused ms", "xunf", "math ms", "sel ms", "route");
-  std::printf("  result\n");
+  fmt::print("\n");
+  fmt::print(kRowColumns, "op", "dist", "layout", "back", "T", "N", "K", "pairs", "ms", "Mpairs/s", "rate", "unit",
+             "%ceil");
+  if (baselines) fmt::print(kBaselineColumns, "CUB ms", "xCUB", "read ms", "xread");
+  if (fused) fmt::print(kFusedColumns, "unfused ms", "xunf", "math ms", "sel ms", "route");
+  fmt::print("  result\n");
   for (const Row& r : rows) {
     const bool timed = r.ms > 0;
     const double rate = rate_of(r);
     const double percent = percent_of_ceiling(r, ceilings);
-    std::printf("%-8s %-14s %-17s %-5s %6lld %8lld %5d %10lld %9s %10s %9s %-8s %7s", r.op.c_str(), r.dist.c_str(),
-                r.layout.c_str(), r.backend.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.N), r.K,
-                static_cast<long long>(r.pairs), timed ? fmt("%.3f", r.ms).c_str() : "-",
-                timed ? fmt("%.2f", r.pairs / (r.ms * 1e3)).c_str() : "-",
-                timed ? fmt(rate < 1 ? "%.4f" : "%.1f", rate).c_str() : "-", is_topk(r) ? "TB/s rd" : "TFLOP/s",
-                timed && percent > 0 ? fmt("%.1f", percent).c_str() : "-");
+    fmt::print(kRowColumns, r.op, r.dist, r.layout, r.backend, r.T, r.N, r.K, r.pairs, cell(timed, r.ms, 3),
+               cell(timed, r.pairs / (r.ms * 1e3), 2), cell(timed, rate, rate < 1 ? 4 : 1),
+               is_topk(r) ? "TB/s rd" : "TFLOP/s", cell(timed && percent > 0, percent, 1));
     if (baselines) {
-      std::printf(" %9s %7s", r.cub_ms > 0 ? fmt("%.3f", r.cub_ms).c_str() : "-",
-                  r.cub_ms > 0 && timed ? fmt("%.2f", r.cub_ms / r.ms).c_str() : "-");
-      std::printf(" %9s %6s", r.read_ms > 0 ? fmt("%.4f", r.read_ms).c_str() : "-",
-                  r.read_ms > 0 && timed ? fmt("%.2f", r.ms / r.read_ms).c_str() : "-");
+      fmt::print(kBaselineColumns, cell(r.cub_ms > 0, r.cub_ms, 3), cell(r.cub_ms > 0 && timed, r.cub_ms / r.ms, 2),
+                 cell(r.read_ms > 0, r.read_ms, 4), cell(r.read_ms > 0 && timed, r.ms / r.read_ms, 2));
     }
     if (fused) {
-      const bool both = timed && r.unfused_ms > 0;
-      const bool math = timed && r.math_ms > 0;
-      std::printf(" %10s %6s %9s %9s", r.unfused_ms > 0 ? fmt("%.3f", r.unfused_ms).c_str() : "-",
-                  both ? fmt("%.2f", r.unfused_ms / r.ms).c_str() : "-",
-                  r.math_ms > 0 ? fmt("%.3f", r.math_ms).c_str() : "-",
-                  math ? fmt("%.3f", r.ms - r.math_ms).c_str() : "-");
-      std::printf(" %-6s", r.route.empty() ? "-" : r.route.c_str());
+      fmt::print(kFusedColumns, cell(r.unfused_ms > 0, r.unfused_ms, 3),
+                 cell(timed && r.unfused_ms > 0, r.unfused_ms / r.ms, 2), cell(r.math_ms > 0, r.math_ms, 3),
+                 cell(timed && r.math_ms > 0, r.ms - r.math_ms, 3), r.route.empty() ? "-" : r.route);
     }
-    std::printf("  %s\n", r.result.c_str());
+    fmt::print("  {}\n", r.result);
   }
 }
 
@@ -332,7 +328,7 @@ std::string bytes_text(double bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   std::size_t unit = 0;
   for (; bytes >= 1024 && unit + 1 < std::size(kUnits); ++unit) bytes /= 1024;
-  return fmt("%.1f ", bytes) + kUnits[unit];
+  return fmt::format("{:.1f} {}", bytes, kUnits[unit]);
 }
 
 // What std::bad_alloc meant while generating `what`: how much it asked for
@@ -926,26 +922,25 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
   return row;
 }
 
-std::string fmt_or_dash(const char* f, double v) { return v > 0 ? fmt(f, v) : "-"; }
+constexpr const char* kDecodeColumns =
+    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<8}  {}\n";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
-  std::printf("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
-              "bs; ms = median;\nGB/s = bytes / ms, bytes = the requests' cache blocks (ceil(L / bs) * bs * %lld B "
-              "each) + q + w; %%read = of the in-run HBM read\nceiling; hbm ms = bytes at that ceiling; fp8 ms = "
-              "2 * %d * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
-              "route %s: the CUDA operator scores into a bounded buffer, then runs the standalone top-k,\nwhich is our "
-              "unfused pipeline: it is not timed apart\n",
-              static_cast<long long>(kCachedKeyBytes), kHeadDim, kDecodeRoute);
-  std::printf("\n%-14s %-5s %5s %6s %8s %4s %5s %9s %8s %6s %8s %8s %-5s %-8s  result\n", "dist", "back", "B", "next_n",
-              "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms", "bound", "route");
+  fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
+             "bs; ms = median;\nGB/s = bytes / ms, bytes = the requests' cache blocks (ceil(L / bs) * bs * {} B "
+             "each) + q + w; %read = of the in-run HBM read\nceiling; hbm ms = bytes at that ceiling; fp8 ms = "
+             "2 * {} * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
+             "route {}: the CUDA operator scores into a bounded buffer, then runs the standalone top-k,\nwhich is our "
+             "unfused pipeline: it is not timed apart\n\n",
+             kCachedKeyBytes, kHeadDim, kDecodeRoute);
+  fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
+             "bound", "route", "result");
   for (const DecodeRow& r : rows) {
     const DecodeBounds b = decode_bounds(r, ceilings);
-    std::printf("%-14s %-5s %5lld %6d %8lld %4d %5d %9s %8s %6s %8s %8s %-5s %-8s  %s\n", r.dist.c_str(),
-                r.backend.c_str(), static_cast<long long>(r.shape.B), r.shape.next_n,
-                static_cast<long long>(r.shape.L), r.block_size, r.K, fmt_or_dash("%.3f", r.ms).c_str(),
-                fmt_or_dash(b.gb_s < 10 ? "%.3f" : "%.0f", b.gb_s).c_str(), fmt_or_dash("%.1f", b.pct_read).c_str(),
-                fmt_or_dash("%.4f", b.hbm_ms).c_str(), fmt_or_dash("%.4f", b.fp8_ms).c_str(), b.bound(),
-                r.backend == "cuda" ? kDecodeRoute : "-", r.result.c_str());
+    fmt::print(kDecodeColumns, r.dist, r.backend, r.shape.B, r.shape.next_n, r.shape.L, r.block_size, r.K,
+               cell(r.ms > 0, r.ms, 3), cell(b.gb_s > 0, b.gb_s, b.gb_s < 10 ? 3 : 0),
+               cell(b.pct_read > 0, b.pct_read, 1), cell(b.hbm_ms > 0, b.hbm_ms, 4), cell(b.fp8_ms > 0, b.fp8_ms, 4),
+               b.bound(), r.backend == "cuda" ? kDecodeRoute : "-", r.result);
   }
 }
 
@@ -1009,76 +1004,6 @@ int run_decode_check(const Args& args, Backend backend) {
 }
 
 }  // namespace
-
-// ----------------------------------------------------------------- Args ----
-
-Args::Args(const std::string& command, const std::vector<OptionSpec>& options, int max_positional, int argc,
-           char** argv, int first) {
-  const std::string see = " (dsa-topk " + command + " --help lists its options)";
-  std::string error;  // the first one; thrown after the loop unless help was asked for
-  const auto fail = [&](const std::string& what) {
-    if (error.empty()) error = what;
-  };
-  for (int i = first; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      help_ = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) {
-      if (a.size() > 1 && a[0] == '-') {
-        fail("unknown option " + a + see);
-      } else if (static_cast<int>(positional_.size()) == max_positional) {
-        fail("unexpected argument '" + a + "'" + see);
-      } else {
-        positional_.push_back(a);
-      }
-      continue;
-    }
-    const std::size_t eq = a.find('=');
-    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const auto spec = std::find_if(options.begin(), options.end(), [&](const OptionSpec& o) { return o.name == name; });
-    if (spec == options.end()) {
-      fail("unknown option --" + name + see);
-      continue;
-    }
-    if (options_.count(name)) fail("--" + name + ": given more than once");
-    if (spec->value.empty()) {  // a flag: never takes the next word
-      if (eq != std::string::npos) fail("--" + name + ": takes no value, got '" + a.substr(eq + 1) + "'");
-      options_[name] = "";
-    } else if (eq != std::string::npos) {
-      options_[name] = a.substr(eq + 1);
-    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-      options_[name] = argv[++i];
-    } else {
-      fail("--" + name + ": needs a value (--" + name + " " + spec->value + ")");
-    }
-  }
-  if (!help_ && !error.empty()) throw std::invalid_argument(error);
-}
-
-std::string Args::get(const std::string& name, const std::string& fallback) const {
-  const auto it = options_.find(name);
-  return it == options_.end() ? fallback : it->second;
-}
-
-std::int64_t Args::get_int(const std::string& name, std::int64_t fallback) const {
-  const auto it = options_.find(name);
-  if (it == options_.end()) return fallback;
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != it->second.size()) {
-    throw std::invalid_argument("--" + name + ": expected an integer, got '" + it->second + "'");
-  }
-  return v;
-}
-
-bool Args::flag(const std::string& name) const { return options_.count(name) != 0; }
 
 // ------------------------------------------------------------- commands ----
 
@@ -1237,6 +1162,7 @@ int run_replay(const Args& args) {
     return 1;
   }
   options.k = static_cast<int>(args.get_int("K", topk_from_file));
+  options.check_finite = args.flag("check-finite");
   const RunResult r = run_operator(prob, options, args.flag("values"), backend, threads, 1);
   if (!r.status.ok()) {
     std::fprintf(stderr, "dsa-topk replay: %s\n", r.status.to_string().c_str());

@@ -1,11 +1,13 @@
 // dsa-topk: run, verify and time the DSA indexer top-k.
 //
 // This file is the command line's grammar: each command's options, which of
-// them take a value, and the help text; commands.cpp is what they do.
+// them take a value, and the help text; args.cpp parses them (CLI11),
+// commands.cpp is what they do.
 // Exit codes: 0 everything passed, 1 a result failed or errored (or the
 // machine could not run it), 2 a usage error (named in the message).
+#include <fmt/core.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -17,18 +19,15 @@
 namespace {
 
 using dsa::cli::Args;
+using dsa::cli::CommandSpec;
 using dsa::cli::OptionSpec;
 
 constexpr int kUsageError = 2;
 constexpr int kFailed = 1;
 
 struct Command {
-  const char* name;
-  const char* summary;   // one line for the program's help
-  const char* synopsis;  // after "usage: dsa-topk "
-  const char* about;     // what it does, and notes that concern several options
-  std::vector<OptionSpec> options;
-  int max_positional;    // words that are not options (replay: its input file)
+  const char* summary;  // one line for the program's help
+  CommandSpec spec;     // its about: what it does, and notes that concern several options
   int (*run)(const Args&);
 };
 
@@ -59,117 +58,111 @@ constexpr const char* kDistributions = "model-like, ties, dead-relu, mixed-sign,
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
-      {"check", "run an operator on generated inputs and verify it exactly", "check [OPTIONS]",
-       "Runs an operator on generated inputs, once per distribution and layout, and verifies each\n"
-       "result exactly against the operator's own fp32 scores; prints a results table.\n"
-       "--op decode runs indexer_topk_paged over a paged cache: one shape (default B 3 x next-n 2\n"
-       "x L 5000), not --T --N --layout --relative.",
-       {kBackend,
-        {"op", "indexer|topk|decode", "operator (default indexer)"},
-        {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
-        {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
-        kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
-        kDecodeL, kDecodeBlockSize},
-       0, dsa::cli::run_check},
-      {"bench", "time operators on a shape grid; prints ms, pairs/s, TFLOP/s", "bench [OPTIONS]",
-       "Times operators on a shape grid and prints ms, pairs/s and TFLOP/s (or TB/s), each timed result\n"
-       "verified exactly. Exit code 1 when any row is wrong or errors.\n"
-       "--op indexer --backend cuda: ms is the fused operator; the table adds our unfused pipeline\n"
-       "(indexer_scores + topk) and its ratio, the fused kernel's math-only control and the exposed\n"
-       "selection time; the fused result is verified against the unfused one.\n"
-       "--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the times\n"
-       "at that ceiling and at the FP8 GEMM rate; --B, --next-n, --L each replace their axis of the\n"
-       "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4).",
-       {kBackend,
-        {"op", "indexer|scores|topk|decode",
-         "operator (default indexer; scores: the scoring kernel alone,\n"
-         "--backend cuda; decode: indexer_topk_paged over a paged cache)"},
-        {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default model-like)"},
-        kLayout,
-        {"grid", "small|h200|decode",
-         "shape grid (default small; h200: the grid of shared/h200.md;\n"
-         "decode: 1-128 rows of 32K-1M keys; --op decode always runs\n"
-         "the decode grid)"},
-        {"T", "N", "with --N: one shape instead of a grid"},
-        {"N", "N", "with --T: one shape instead of a grid"},
-        kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
-        kDecodeBlockSize,
-        {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
-        {"json", "FILE", "also write the results as JSON"},
-        {"no-verify", "", "skip the exactness check of each timed result"},
-        {"baselines", "",
-         "(--op topk --backend cuda) also time CUB's segmented radix\n"
-         "sort and one read of the rows (the floor, timed the same way)"},
-        {"warm-l2", "",
-         "(--backend cuda) do not flush L2 before each timed call\n"
-         "(default: flushed, so inputs come from device memory as on\n"
-         "fresh data)"},
-        {"rest-ms", "M",
-         "(--backend cuda) let the GPU idle M ms before each timed call\n"
-         "(default 0: back to back, as an engine runs; under sustained\n"
-         "load the 700 W cap lowers the clock within some tens of ms,\n"
-         "so long rows time slower)"},
-        {"route", "by-shape|fused|unfused",
-         "(--op indexer --backend cuda) the operator's route (default\n"
-         "by shape: unfused up to 128K keys)"}},
-       0, dsa::cli::run_bench},
-      {"replay", "run the indexer on a safetensors dump", "replay IN [OPTIONS]",
-       "Runs the indexer on a safetensors dump (q, k, k_scale, w, ks, ke and metadata topk, as\n"
-       "generate writes it or an engine saves it).",
-       {kBackend,
-        {"K", "K", "512, 1024 or 2048 (default: the file's topk)"},
-        kThreads, kDeterministic, kRelative, kSorted, kValues,
-        {"verify", "", "check the result exactly against the operator's own fp32\nscores"},
-        {"out", "FILE", "write indices (and values with --values)"}},
-       1, dsa::cli::run_replay},
-      {"generate", "write a generated problem as a safetensors dump", "generate --out FILE [OPTIONS]",
-       "Writes a generated indexer problem as a safetensors dump for replay.",
-       {{"out", "FILE", "the dump to write (required)"},
-        {"dist", "NAME", std::string(kDistributions) + " (default model-like)"},
-        kLayout, kT, kN,
-        {"K", "K", "the topk the dump records: 512, 1024 or 2048 (default\n2048)"},
-        kHeads, kSeed},
-       0, dsa::cli::run_generate},
+      {"run an operator on generated inputs and verify it exactly",
+       {"check",
+        "Runs an operator on generated inputs, once per distribution and layout, and verifies each\n"
+        "result exactly against the operator's own fp32 scores; prints a results table.\n"
+        "--op decode runs indexer_topk_paged over a paged cache: one shape (default B 3 x next-n 2\n"
+        "x L 5000), not --T --N --layout --relative.",
+        {kBackend,
+         {"op", "indexer|topk|decode", "operator (default indexer)"},
+         {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
+         {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
+         kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
+         kDecodeL, kDecodeBlockSize},
+        {}},
+       dsa::cli::run_check},
+      {"time operators on a shape grid; prints ms, pairs/s, TFLOP/s",
+       {"bench",
+        "Times operators on a shape grid and prints ms, pairs/s and TFLOP/s (or TB/s), each timed result\n"
+        "verified exactly. Exit code 1 when any row is wrong or errors.\n"
+        "--op indexer --backend cuda: ms is the fused operator; the table adds our unfused pipeline\n"
+        "(indexer_scores + topk) and its ratio, the fused kernel's math-only control and the exposed\n"
+        "selection time; the fused result is verified against the unfused one.\n"
+        "--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the times\n"
+        "at that ceiling and at the FP8 GEMM rate; --B, --next-n, --L each replace their axis of the\n"
+        "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4).",
+        {kBackend,
+         {"op", "indexer|scores|topk|decode",
+          "operator (default indexer; scores: the scoring kernel alone,\n"
+          "--backend cuda; decode: indexer_topk_paged over a paged cache)"},
+         {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default model-like)"},
+         kLayout,
+         {"grid", "small|h200|decode",
+          "shape grid (default small; h200: the grid of shared/h200.md;\n"
+          "decode: 1-128 rows of 32K-1M keys; --op decode always runs\n"
+          "the decode grid)"},
+         {"T", "N", "with --N: one shape instead of a grid"},
+         {"N", "N", "with --T: one shape instead of a grid"},
+         kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
+         kDecodeBlockSize,
+         {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
+         {"json", "FILE", "also write the results as JSON"},
+         {"no-verify", "", "skip the exactness check of each timed result"},
+         {"baselines", "",
+          "(--op topk --backend cuda) also time CUB's segmented radix\n"
+          "sort and one read of the rows (the floor, timed the same way)"},
+         {"warm-l2", "",
+          "(--backend cuda) do not flush L2 before each timed call\n"
+          "(default: flushed, so inputs come from device memory as on\n"
+          "fresh data)"},
+         {"rest-ms", "M",
+          "(--backend cuda) let the GPU idle M ms before each timed call\n"
+          "(default 0: back to back, as an engine runs; under sustained\n"
+          "load the 700 W cap lowers the clock within some tens of ms,\n"
+          "so long rows time slower)"},
+         {"route", "by-shape|fused|unfused",
+          "(--op indexer --backend cuda) the operator's route (default\n"
+          "by shape: unfused up to 128K keys)"}},
+        {}},
+       dsa::cli::run_bench},
+      {"run the indexer on a safetensors dump",
+       {"replay",
+        "Runs the indexer on a safetensors dump (q, k, k_scale, w, ks, ke and metadata topk, as\n"
+        "generate writes it or an engine saves it).",
+        {kBackend,
+         {"K", "K", "512, 1024 or 2048 (default: the file's topk)"},
+         kThreads, kDeterministic, kRelative, kSorted, kValues,
+         {"verify", "", "check the result exactly against the operator's own fp32\nscores"},
+         {"check-finite", "",
+          "reject NaN/Inf in q, k, k_scale or w (exit code 1, the\n"
+          "first one named) instead of ranking NaN scores as -inf"},
+         {"out", "FILE", "write indices (and values with --values)"}},
+        {"IN", "", "the safetensors dump to run"}},
+       dsa::cli::run_replay},
+      {"write a generated problem as a safetensors dump",
+       {"generate",
+        "Writes a generated indexer problem as a safetensors dump for replay.",
+        {{"out", "FILE", "the dump to write (required)"},
+         {"dist", "NAME", std::string(kDistributions) + " (default model-like)"},
+         kLayout, kT, kN,
+         {"K", "K", "the topk the dump records: 512, 1024 or 2048 (default\n2048)"},
+         kHeads, kSeed},
+        {}},
+       dsa::cli::run_generate},
   };
   return table;
 }
 
 void print_usage() {
-  std::printf(
+  fmt::print(
       "usage: dsa-topk [COMMAND [OPTIONS]]\n\n"
       "With no command, runs a short exactness check of every input distribution on the best\n"
       "available backend and prints a results table.\n\ncommands:\n");
-  for (const Command& c : commands()) std::printf("  %-10s %s\n", c.name, c.summary);
-  std::printf("\n'dsa-topk COMMAND --help' (or -h) lists a command's options.\n"
-              "Exit code: 0 all passed, 1 a result failed or errored, 2 a usage error.\n");
-}
-
-void print_command_help(const Command& c) {
-  constexpr std::size_t kHelpColumn = 30;
-  std::printf("usage: dsa-topk %s\n\n%s\n\noptions:\n", c.synopsis, c.about);
-  std::vector<OptionSpec> options = c.options;
-  options.push_back({"help", "", "print this help (also -h)"});
-  for (const OptionSpec& o : options) {
-    std::string left = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
-    left += left.size() < kHelpColumn ? std::string(kHelpColumn - left.size(), ' ')
-                                      : "\n" + std::string(kHelpColumn, ' ');
-    std::string help = o.help;
-    for (std::size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1)) {
-      help.insert(at + 1, kHelpColumn, ' ');
-    }
-    std::printf("%s%s\n", left.c_str(), help.c_str());
-  }
+  for (const Command& c : commands()) fmt::print("  {:<10} {}\n", c.spec.name, c.summary);
+  fmt::print("\n'dsa-topk COMMAND --help' (or -h) lists a command's options.\n"
+             "Exit code: 0 all passed, 1 a result failed or errored, 2 a usage error.\n");
 }
 
 const Command* find_command(const std::string& name) {
   const auto& table = commands();
-  const auto it = std::find_if(table.begin(), table.end(), [&](const Command& c) { return name == c.name; });
+  const auto it = std::find_if(table.begin(), table.end(), [&](const Command& c) { return name == c.spec.name; });
   return it == table.end() ? nullptr : &*it;
 }
 
 int unknown_command(const std::string& word) {
-  std::fprintf(stderr, "dsa-topk: unknown command '%s'%s\n\n", word.c_str(),
-               word.rfind("-", 0) == 0 ? " (options follow the command: dsa-topk COMMAND [OPTIONS])" : "");
+  fmt::print(stderr, "dsa-topk: unknown command '{}'{}\n\n", word,
+             word.rfind("-", 0) == 0 ? " (options follow the command: dsa-topk COMMAND [OPTIONS])" : "");
   print_usage();
   return kUsageError;
 }
@@ -180,16 +173,16 @@ int guarded(const std::string& prefix, Run run) {
   try {
     return run();
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "%s: %s\n", prefix.c_str(), e.what());
+    fmt::print(stderr, "{}: {}\n", prefix, e.what());
     return kUsageError;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "%s: out of host memory (std::bad_alloc) running or verifying the operator: a smaller --T or --N "
-                 "(--op decode: --B or --L) needs less\n",
-                 prefix.c_str());
+    fmt::print(stderr,
+               "{}: out of host memory (std::bad_alloc) running or verifying the operator: a smaller --T or --N "
+               "(--op decode: --B or --L) needs less\n",
+               prefix);
     return kFailed;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", prefix.c_str(), e.what());
+    fmt::print(stderr, "{}: {}\n", prefix, e.what());
     return kFailed;
   }
 }
@@ -206,15 +199,15 @@ int main(int argc, char** argv) {
   if (word == "help") {
     const Command* c = find_command(argv[2]);
     if (!c) return unknown_command(argv[2]);
-    print_command_help(*c);
+    fmt::print("{}", dsa::cli::help_text(c->spec));
     return 0;
   }
   const Command* command = find_command(word);
   if (!command) return unknown_command(word);
-  return guarded(std::string("dsa-topk ") + command->name, [&] {
-    const Args args(command->name, command->options, command->max_positional, argc, argv, 2);
+  return guarded("dsa-topk " + command->spec.name, [&] {
+    const Args args(command->spec, argc, argv, 2);
     if (!args.help()) return command->run(args);
-    print_command_help(*command);
+    fmt::print("{}", dsa::cli::help_text(command->spec));
     return 0;
   });
 }
