@@ -61,8 +61,6 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   run_logged bench "$PYTHON" python/bench/bench_op.py --cli build-python/dsa-topk --json "$OUT/bench-op.json"
 fi
 
-# The section of the log a step wrote.
-section() { sed -n "/^== $1:/,/^   -> exit/p" "$LOG" | grep -vE '^== |^   -> |^\[[0-9]+/[0-9]+\]'; }
 {
   echo
   echo "## Steps"
@@ -75,14 +73,7 @@ section() { sed -n "/^== $1:/,/^   -> exit/p" "$LOG" | grep -vE '^== |^   -> |^\
   echo '```'
   section pytest | grep -vE '^\s*$' | tail -40
   echo '```'
-  for name in example_vllm example_sglang example_vllm_decode example_sglang_decode bench; do
-    [ -n "${RC[$name]+x}" ] || continue
-    echo
-    echo "## $name"
-    echo '```'
-    section "$name" | tail -25
-    echo '```'
-  done
+  section_tails 25 example_vllm example_sglang example_vllm_decode example_sglang_decode bench
 } >>"$SUMMARY"
 cat "$SUMMARY"
 failed=0

@@ -1,8 +1,10 @@
 """dsa_topk: exact DSA Indexer top-k on Hopper, as PyTorch ops.
 
 Importing the package loads the compiled ops library (libdsa_topk_ops.so,
-built with CMake: see the README, "Using the library from PyTorch"), registers
-the fake implementations that torch.compile traces with, and exports:
+beside this file: installed there by `pip install --no-build-isolation .` or
+written there by the CMake build; see the README, "Using the library from
+PyTorch"), registers the fake implementations that torch.compile traces
+with, and exports:
 
 - the ops, also reachable as ``torch.ops.dsa_topk.<name>``:
   :func:`indexer_topk`, :func:`indexer_topk_out`, :func:`topk`,
@@ -25,7 +27,10 @@ def _load_library() -> str:
     path = os.environ.get("DSA_TOPK_LIBRARY") or os.path.join(os.path.dirname(__file__), "libdsa_topk_ops.so")
     if not os.path.exists(path):
         raise ImportError(
-            f"dsa_topk: the ops library {path} does not exist. Build it from the repository root with\n"
+            f"dsa_topk: the ops library {path} does not exist. Install the package from the repository "
+            "root with\n"
+            "  pip install --no-build-isolation .\n"
+            "or build the library for this tree with\n"
             "  cmake -S . -B build-python -G Ninja -DDSA_BUILD_PYTHON=ON -DDSA_BUILD_TESTS=OFF "
             "-DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ && "
             "cmake --build build-python --target dsa_topk_ops\n"
