@@ -160,6 +160,13 @@ TEST(TopkPlan, GeometryByShape) {
     EXPECT_EQ(geometry_of(kSms + 1, 16385, K), TopkGeometry::kLongRows64K) << K;
     EXPECT_EQ(geometry_of(kSms + 1, 65536, K), TopkGeometry::kLongRows64K) << K;
     EXPECT_EQ(geometry_of(kSms + 1, 65537, K), TopkGeometry::kLongRows) << K;
+    // Few rows that some cluster size holds at once with every row on its
+    // own CTAs: the cluster-resident kernel (K >= 1024).
+    EXPECT_EQ(geometry_of(1, 16385, K), wide ? TopkGeometry::kClusterRows : TopkGeometry::kLongRows64K) << K;
+    EXPECT_EQ(geometry_of(66, 65536, K), wide ? TopkGeometry::kClusterRows : TopkGeometry::kLongRows64K) << K;
+    EXPECT_EQ(geometry_of(67, 65536, K), wide ? TopkGeometry::kWideRows : TopkGeometry::kLongRows64K) << K;
+    EXPECT_EQ(geometry_of(1, 16 * ClusterRows::kMaxPartKeys - 3, K),
+              wide ? TopkGeometry::kClusterRows : TopkGeometry::kLongRows) << K;
   }
 }
 
@@ -172,9 +179,9 @@ TEST(TopkPlan, GeometryAtTheBenchShapes) {
   EXPECT_EQ(geometry_of(2048, 65536), TopkGeometry::kLongRows64K);
   EXPECT_EQ(geometry_of(1024, 131072), TopkGeometry::kLongRows);
   EXPECT_EQ(geometry_of(512, 131072), TopkGeometry::kLongRows);
-  EXPECT_EQ(geometry_of(64, 131072), TopkGeometry::kSplitRows);
-  for (std::int64_t rows : {1, 8, 32, 64, 128}) EXPECT_EQ(geometry_of(rows, 131072), TopkGeometry::kSplitRows) << rows;
-  EXPECT_EQ(geometry_of(16, 32768), TopkGeometry::kWideRows);
+  for (std::int64_t rows : {1, 8, 32}) EXPECT_EQ(geometry_of(rows, 131072), TopkGeometry::kClusterRows) << rows;
+  for (std::int64_t rows : {64, 128}) EXPECT_EQ(geometry_of(rows, 131072), TopkGeometry::kSplitRows) << rows;
+  EXPECT_EQ(geometry_of(16, 32768), TopkGeometry::kClusterRows);
   EXPECT_EQ(geometry_of(4, std::int64_t{1} << 20), TopkGeometry::kSplitRows);
 }
 
@@ -208,6 +215,8 @@ TEST(TopkPlan, PinnedEngines) {
   EXPECT_EQ(geometry_of(4096, 100, 2048, engine(TopkEngine::kSampledWide)), TopkGeometry::kWideRows);
   EXPECT_EQ(geometry_of(4096, 100, 2048, engine(TopkEngine::kSampledSplit)), TopkGeometry::kSplitRows);
   EXPECT_EQ(geometry_of(1, 16384, 2048, engine(TopkEngine::kResident)), TopkGeometry::kResident16K);
+  EXPECT_EQ(geometry_of(4096, 100, 2048, engine(TopkEngine::kClusterResident)), TopkGeometry::kClusterRows);
+  EXPECT_EQ(geometry_of(1, 131072, 1024, engine(TopkEngine::kClusterResident)), TopkGeometry::kClusterRows);
   // The wide geometry pinned never splits; the automatic one splits few long rows.
   EXPECT_EQ(geometry_of(1, 131072, 2048, engine(TopkEngine::kSampledWide)), TopkGeometry::kWideRows);
   for (TopkEngine e : {TopkEngine::kAuto, TopkEngine::kResident, TopkEngine::kSampled}) {
@@ -238,6 +247,10 @@ TEST(TopkPlan, RefusesWhatThePinnedEngineCannotTake) {
   for (int bad : {1, 3, 6, 32, -2}) refused(shape(1, 131072), engine(TopkEngine::kSampledSplit, bad), "2, 4, 8 or 16");
   refused(shape(1, 131072, 512), engine(TopkEngine::kSampledWide), "K >= 1024");
   refused(shape(1, 131072, 512), engine(TopkEngine::kSampledSplit), "K >= 1024");
+  refused(shape(1, 131072, 512), engine(TopkEngine::kClusterResident), "K >= 1024");
+  refused(shape(1, 100000), engine(TopkEngine::kClusterResident, 2), "cluster-resident kernel at 2 CTAs");
+  refused(shape(1, 16 * ClusterRows::kMaxPartKeys - 2), engine(TopkEngine::kClusterResident),
+          "cluster-resident kernel at 16 CTAs");
   // split_ctas is checked whatever the engine.
   refused(shape(4096, 8192), engine(TopkEngine::kAuto, 3), "2, 4, 8 or 16");
 }
@@ -247,10 +260,12 @@ TEST(TopkPlan, RefusesWhatThePinnedEngineCannotTake) {
 // pinned engine at least 2 even where the occupancy picks 1.
 TEST(TopkPlan, SplitCtas) {
   const int clusters[kSplitSizes] = {66, 32, 16, 8};
-  const TopkPlan by_shape = plan_of(shape(8, 16 * kMinSplitPart));
+  // Rows no cluster holds in shared memory (1M keys: 65540 a CTA of 16).
+  const std::int64_t long_row = 32 * kMinSplitPart;
+  const TopkPlan by_shape = plan_of(shape(8, long_row));
   ASSERT_EQ(by_shape.geometry, TopkGeometry::kSplitRows);
   EXPECT_FALSE(by_shape.split_pinned);
-  EXPECT_EQ(split_ctas_for(by_shape, 8, 16 * kMinSplitPart, clusters), 16);
+  EXPECT_EQ(split_ctas_for(by_shape, 8, long_row, clusters), 16);
   const TopkPlan crowded = plan_of(shape(kSms, kMinCrowdedSplitRow));
   ASSERT_EQ(crowded.geometry, TopkGeometry::kSplitRows);
   EXPECT_EQ(split_ctas_for(crowded, kSms, kMinCrowdedSplitRow, clusters), 1);  // the wide kernel runs
@@ -263,6 +278,57 @@ TEST(TopkPlan, SplitCtas) {
   }
   // A count pinned without the split engine is not a split.
   EXPECT_EQ(plan_of(shape(4096, 8192), engine(TopkEngine::kAuto, 4)).geometry, TopkGeometry::kResident8K);
+}
+
+// The cluster-resident kernel takes a launch's rows when clusters of some
+// size take them all at once with parts between the least and the most a
+// CTA holds: the largest such size; never rows the resident kernel holds.
+TEST(TopkPlan, ClusterResidentSizeFromRowsAndParts) {
+  const int clusters[kSplitSizes] = {66, 32, 16, 7};  // of 2, 4, 8 and 16 CTAs, one an SM
+  constexpr std::int64_t kMax = ClusterRows::kMaxPartKeys;
+  static_assert(kMax == 40960 && ClusterRows::kMinPartKeys == 4096 && kResidentMaxLen == 16384, "the cases below");
+  const auto size = [&](std::int64_t rows, std::int64_t cols) { return cluster_resident_size(rows, cols, clusters); };
+  EXPECT_EQ(size(1, 131072), 16);   // parts of 8196 keys
+  EXPECT_EQ(size(7, 131072), 16);
+  EXPECT_EQ(size(8, 131072), 8);    // 7 clusters of 16 fit
+  EXPECT_EQ(size(32, 131072), 4);   // parts of 32772
+  EXPECT_EQ(size(33, 131072), 0);   // clusters of 2 fit, but parts of 65536 do not
+  EXPECT_EQ(size(66, 65536), 2);
+  EXPECT_EQ(size(67, 65536), 0);
+  // The longest rows 16 CTAs hold (a row may start 3 keys past a 16-byte
+  // boundary), and one key more.
+  EXPECT_EQ(size(1, 16 * kMax - 3), 16);
+  EXPECT_EQ(size(1, 16 * kMax - 2), 0);
+  // Short rows: fewer CTAs, parts of at least kMinPartKeys; the resident
+  // kernel's rows are not taken.
+  EXPECT_EQ(size(1, 20000), 4);
+  EXPECT_EQ(size(1, 16385), 4);
+  EXPECT_EQ(size(1, kResidentMaxLen), 0);
+  const int no_sixteens[kSplitSizes] = {66, 32, 16, 0};
+  EXPECT_EQ(cluster_resident_size(1, 131072, no_sixteens), 8);
+  const int none[kSplitSizes] = {0, 0, 0, 0};
+  EXPECT_EQ(cluster_resident_size(1, 131072, none), 0);
+}
+
+// A cluster plan's CTAs a row: the automatic engine's from the occupancy
+// (0: the split or wide kernel runs), a pinned count as pinned, a pinned
+// engine's otherwise the fewest whose parts hold the rows.
+TEST(TopkPlan, ClusterCtas) {
+  const int clusters[kSplitSizes] = {66, 32, 16, 7};
+  const int none[kSplitSizes] = {0, 0, 0, 0};
+  const TopkPlan by_shape = plan_of(shape(1, 131072));
+  ASSERT_EQ(by_shape.geometry, TopkGeometry::kClusterRows);
+  EXPECT_FALSE(by_shape.split_pinned);
+  EXPECT_EQ(cluster_ctas_for(by_shape, 1, 131072, clusters), 16);
+  EXPECT_EQ(cluster_ctas_for(by_shape, 1, 131072, none), 0);
+  const TopkPlan pinned = plan_of(shape(1, 100000), engine(TopkEngine::kClusterResident));
+  EXPECT_TRUE(pinned.split_pinned);
+  EXPECT_EQ(cluster_ctas_for(pinned, 1, 100000, none), 4);  // 2 CTAs would hold 50004 keys each
+  EXPECT_EQ(cluster_ctas_for(plan_of(shape(1, 100), engine(TopkEngine::kClusterResident)), 1, 100, none), 2);
+  for (int ctas : {2, 4, 8, 16}) {
+    const TopkPlan forced = plan_of(shape(4, 20000), engine(TopkEngine::kClusterResident, ctas));
+    EXPECT_EQ(cluster_ctas_for(forced, 4, 20000, none), ctas);
+  }
 }
 
 // The plan's programmatic launch is launch_programmatic's on its geometry:

@@ -66,6 +66,7 @@ std::int64_t candidate_capacity(TopkEngine e) {
 std::vector<TopkEngine> all_engines(int K) {
   std::vector<TopkEngine> e = sampled_engines(K, selection::topk::kResidentMaxLen);
   e.push_back(TopkEngine::kResident);
+  if (K % selection::topk::ClusterRows::kThreads == 0) e.push_back(TopkEngine::kClusterResident);
   return e;
 }
 // The most histogram passes the resident kernel takes on rows of up to
@@ -83,6 +84,7 @@ std::string engine_name(TopkEngine e) {
     case TopkEngine::kSampledWide: return "sampled-wide";
     case TopkEngine::kSampledSplit: return "sampled-split";
     case TopkEngine::kResident: return "resident";
+    case TopkEngine::kClusterResident: return "cluster-resident";
     default: return "auto";
   }
 }
@@ -775,6 +777,12 @@ TEST(TopkGpu, ThresholdOnePassOnModelLikeRows) {
 // one bin of the first histogram: the bin is refined (2-3 passes), and tau
 // ends close enough to the rank sample that the candidates fit. Ties rows
 // refine down to one key per bin and take the threshold-tie path.
+// The sampled engine a launch of a few rows takes where no cluster holds
+// them (these tests are about its threshold).
+TopkEngine threshold_engine(int K) {
+  return K % selection::topk::WideRows::kThreads == 0 ? TopkEngine::kSampledWide : TopkEngine::kSampled;
+}
+
 TEST(TopkGpu, ThresholdRefinesCoarseBins) {
   const std::int64_t len = 40000;
   const ScoresProblem packed = custom_problem(4, len, [&](std::int64_t t, std::int64_t s) {
@@ -784,7 +792,7 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
     for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
       const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
       TopkHooks hooks;
-      const GpuResult r = run_gpu(packed, o, true, &hooks);
+      const GpuResult r = run_gpu(packed, o, true, &hooks, threshold_engine(K));
       EXPECT_EXACT(packed, o, r.out);
       for (const TopkRowTrace& tr : r.trace) {
         EXPECT_GE(tr.threshold_passes, 2u) << "K=" << K;
@@ -800,7 +808,7 @@ TEST(TopkGpu, ThresholdRefinesCoarseBins) {
   for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
     const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, false);
     TopkHooks hooks;
-    const GpuResult r = run_gpu(tied, o, true, &hooks);
+    const GpuResult r = run_gpu(tied, o, true, &hooks, threshold_engine(2048));
     EXPECT_EXACT(tied, o, r.out);
     expect_paths(r, tied, 2048, ties == TieBreak::kAny ? TopkPath::kThresholdTie : TopkPath::kTieRepair);
   }
@@ -1021,6 +1029,146 @@ TEST_P(TopkGpuDeterministic, BitIdenticalAndRowIndependent) {
   EXPECT_TRUE(std::equal(one.out.indices.begin(), one.out.indices.end(), &a.out.indices[row * o.k]));
 }
 
+// ---------------------------------------------------- cluster-resident -----
+
+// The K-th largest key of row t and the counts above it and equal to it.
+struct KthKey {
+  std::uint32_t key, gt, eq;
+};
+KthKey kth_key(const ScoresProblem& prob, std::int64_t t, int K) {
+  std::vector<std::uint32_t> keys;
+  for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
+  std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
+  const std::uint32_t kth = keys[K - 1];
+  return {kth, static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; })),
+          static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth))};
+}
+
+// The cluster-resident kernel at `ctas` CTAs a row: exact, and its trace
+// says the row's K-th key (a cut) or a bin bottom at or below it that
+// exactly K keys reach (a whole bin).
+void expect_cluster_rows(const ScoresProblem& prob, const SelectOptions& o, int ctas, const std::string& what) {
+  SCOPED_TRACE(what + ", " + std::to_string(ctas) + " CTAs a row");
+  TopkHooks hooks;
+  hooks.split_ctas = ctas;
+  const GpuResult r = run_gpu(prob, o, true, &hooks, TopkEngine::kClusterResident);
+  EXPECT_EXACT(prob, o, r.out);
+  expect_paths(r, prob, o.k, TopkPath::kClusterResident);
+  for (std::int64_t t = 0; t < prob.T; ++t) {
+    if (prob.ke[t] - prob.ks[t] <= o.k) continue;
+    const KthKey want = kth_key(prob, t, o.k);
+    const TopkRowTrace& tr = r.trace[t];
+    EXPECT_EQ(tr.kth_key, tr.threshold_key) << "row " << t;
+    EXPECT_GE(tr.threshold_passes, 1u) << "row " << t;
+    EXPECT_LE(tr.threshold_passes, 3u) << "row " << t;
+    if (tr.count_eq == 0) {  // a whole bin: its bottom is at or below the K-th key, above the next key
+      EXPECT_EQ(tr.count_gt, static_cast<std::uint32_t>(o.k)) << "row " << t;
+      EXPECT_LE(tr.threshold_key, want.key) << "row " << t;
+      EXPECT_EQ(want.gt + want.eq, static_cast<std::uint32_t>(o.k)) << "row " << t;
+    } else {
+      EXPECT_EQ(tr.kth_key, want.key) << "row " << t;
+      EXPECT_EQ(tr.count_gt, want.gt) << "row " << t;
+      EXPECT_EQ(tr.count_eq, want.eq) << "row " << t;
+    }
+  }
+}
+
+// Every distribution, K >= 1024 and cluster size on boundary lengths (parts
+// of a few keys, empty parts at 16 CTAs), causal rows of up to 40000 keys
+// and ragged batches of up to 150000 (where the parts fit), in both option
+// sets; unaligned row starts come from the layouts' ks.
+TEST(TopkGpu, ClusterResidentEveryClusterSize) {
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : {1024, 2048}) {
+      struct Shape {
+        Layout layout;
+        std::int64_t T, N;
+      };
+      for (const Shape& shape : {Shape{Layout::kBoundary, 12, 3 * K + 77}, Shape{Layout::kCausalSuffix, 12, 40000},
+                                 Shape{Layout::kVarlenBatch, 6, 150000}}) {
+        const ScoresProblem prob = testing::scores_problem(dist, shape.layout, shape.T, shape.N, K, 31 + K);
+        for (bool deterministic : {false, true}) {
+          const SelectOptions o =
+              make_options(K, deterministic ? TieBreak::kSmallestIndex : TieBreak::kAny,
+                           deterministic ? IndexBase::kRelative : IndexBase::kAbsolute, deterministic);
+          for (int ctas : {2, 4, 8, selection::topk::kMaxSplit}) {
+            if (selection::topk::cluster_part_keys(shape.N, ctas) > selection::topk::ClusterRows::kMaxPartKeys) {
+              continue;  // the parts do not fit (the launcher refuses: ClusterResidentRefusesLongRows)
+            }
+            expect_cluster_rows(prob, o, ctas,
+                                std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " N=" +
+                                    std::to_string(shape.N) + (deterministic ? " deterministic" : " any"));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows whose top K are tied (every key equal, -0 among them), rows of
+// NaN and infinities, and rows tied at the cut in every part.
+TEST(TopkGpu, ClusterResidentTiesAndNonFinite) {
+  const std::int64_t len = 50000;
+  const ScoresProblem equal = custom_problem(3, len, [](std::int64_t t, std::int64_t) {
+    return t == 2 ? -0.0f : 1.5f * static_cast<float>(t + 1);
+  });
+  const ScoresProblem quads = repeated_values(3, len, 4);
+  const ScoresProblem odd = custom_problem(2, len, [](std::int64_t t, std::int64_t s) {
+    const std::int64_t r = (s * 7919 + t * 13) % 7;
+    return r == 0 ? std::numeric_limits<float>::quiet_NaN()
+           : r == 1 ? std::numeric_limits<float>::infinity()
+           : r == 2 ? -std::numeric_limits<float>::infinity()
+                    : scrambled(t, s, len) * (r == 3 ? -1.0f : 1.0f);
+  });
+  for (int K : {1024, 2048}) {
+    for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+      const SelectOptions o = make_options(K, ties, IndexBase::kRelative, ties == TieBreak::kSmallestIndex);
+      for (int ctas : {2, 16}) {
+        expect_cluster_rows(equal, o, ctas, "all equal");
+        expect_cluster_rows(quads, o, ctas, "four copies of each value");
+        expect_cluster_rows(odd, o, ctas, "NaN and infinities");
+      }
+    }
+  }
+}
+
+// Every step of the cluster-resident kernel in a few launches, for the
+// sanitizers: a whole-bin row and a tie-cut row, written straight out (any
+// ties) and through rank 0 (smallest-index ties, sorted), at 2 and 16 CTAs.
+TEST(TopkGpu, ClusterResidentFewLaunches) {
+  const ScoresProblem model = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 1, 20000, 2048, 7);
+  const ScoresProblem quads = repeated_values(1, 20000, 4);
+  for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+    const SelectOptions o = make_options(2048, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+    for (int ctas : {2, 16}) {
+      expect_cluster_rows(model, o, ctas, "model-like");
+      expect_cluster_rows(quads, o, ctas, "four copies of each value");
+    }
+  }
+}
+
+// A pinned cluster size whose parts cannot hold the rows is refused, and
+// K = 512 (fewer slots than threads) has no cluster-resident kernel.
+TEST(TopkGpu, ClusterResidentRefusesWhatItCannotHold) {
+  const ScoresProblem prob = testing::scores_problem(Distribution::kModelLike, Layout::kFull, 1, 100000, 2048, 3);
+  DeviceArray<float> scores(prob.scores.size());
+  DeviceArray<std::int32_t> ks(prob.ks.size()), ke(prob.ke.size()), indices(2048);
+  scores.upload(prob.scores);
+  ks.upload(prob.ks);
+  ke.upload(prob.ke);
+  for (int K : {512, 2048}) {
+    TopkParams p = prob.params(indices.get(), nullptr, make_options(K));
+    p.scores = scores.get();
+    p.ks = ks.get();
+    p.ke = ke.get();
+    TopkHooks hooks;
+    hooks.engine = TopkEngine::kClusterResident;
+    hooks.split_ctas = 2;  // 50000 keys a part
+    const Status st = selection::topk::launch_topk(p, nullptr, hooks);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  }
+}
+
 // ------------------------------------------------------------ long rows -----
 
 // Rows up to 1M keys, every K, unforced; the trace shows the fast path.
@@ -1045,6 +1193,34 @@ TEST(TopkGpuLong, MillionKeyRows) {
             EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(TopkPath::kOverflow));
             EXPECT_NE(static_cast<int>(tr.path), static_cast<int>(TopkPath::kUnderflow));
           }
+        }
+      }
+    }
+  }
+}
+
+// Launches of few long rows (the decode shapes) take the cluster-resident
+// kernel unpinned, up to the longest rows 16 CTAs hold, every K it takes.
+TEST(TopkGpuLong, ClusterResidentDecodeShapes) {
+  struct Shape {
+    std::int64_t T, N;
+  };
+  for (const Shape& shape : {Shape{1, 131072}, Shape{8, 131072}, Shape{32, 131072}, Shape{2, 300000},
+                             Shape{1, 16 * selection::topk::ClusterRows::kMaxPartKeys - 3}}) {
+    for (Distribution dist : {Distribution::kModelLike, Distribution::kTies, Distribution::kDeadRelu,
+                              Distribution::kShifted}) {
+      const ScoresProblem prob = testing::scores_problem(dist, Layout::kCausalSuffix, shape.T, shape.N, 2048, 5);
+      for (int K : {1024, 2048}) {
+        for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
+          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, ties == TieBreak::kSmallestIndex);
+          TopkHooks hooks;
+          const GpuResult r = run_gpu(prob, o, true, &hooks);
+          SCOPED_TRACE(std::string(tools::to_string(dist)) + " " + std::to_string(shape.T) + " x " +
+                       std::to_string(shape.N) + " K=" + std::to_string(K));
+          EXPECT_EXACT(prob, o, r.out);
+          // 32 rows take clusters of 4 only where the device holds 32 of
+          // them at once (occupancy decides; the sampled kernel otherwise).
+          if (shape.T < 32) expect_paths(r, prob, K, TopkPath::kClusterResident);
         }
       }
     }

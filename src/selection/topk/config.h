@@ -110,6 +110,54 @@ struct Config {
   };
 };
 
+// Key of an empty slot of a resident row (the resident kernel's head and
+// tail padding, a cluster-resident part's slots outside the row): below
+// every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
+inline constexpr std::uint32_t kPadKey = 0;
+
+// The cluster-resident kernel's shared plan (cluster_kernel.cuh; its
+// geometry ClusterRows in geometry.h).
+template <int K>
+struct ClusterConfig {
+  static_assert(K % ClusterRows::kThreads == 0, "the sorted write-out gives each thread K / threads slots");
+  // Radix digits of the passes: 11, 11 and 10 bits from the top.
+  static constexpr int kFirstDigitBits = 11;
+  static constexpr int kDigitBits = 11;
+  static constexpr int kMaxPasses = 3;
+  static constexpr int kBins = 1 << kDigitBits;
+  static constexpr int kWarps = ClusterRows::kThreads / device::kWarpSize;
+  static constexpr int kBinRows = kBins / (kWarps * device::kWarpSize);  // device::pick_striped_bin's rows a warp
+  static_assert(kBins % ClusterRows::kThreads == 0, "each thread adds whole bins");
+  static_assert((kNegInfKey >> (32 - kFirstDigitBits)) != (kPadKey >> (32 - kFirstDigitBits)),
+                "the padding's first digit is no score's");
+  using BlockSort = cub::BlockRadixSort<std::uint64_t, ClusterRows::kThreads, K / ClusterRows::kThreads>;
+  using Scan = cub::BlockScan<std::uint32_t, ClusterRows::kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
+  // The fixed part of a CTA's shared memory; its part's keys follow at
+  // kKeysOffset.
+  struct SharedStorage {
+    std::uint32_t local_histogram[kBins];    // this rank's counts of the pass's digit (bin 0 = the top digit)
+    std::uint32_t cluster_histogram[kBins];  // rank 0: the cluster's counts, added by every rank
+    union {
+      std::uint64_t out[K];  // rank 0, sorted or deterministic rows: every rank's winners as order keys
+      typename BlockSort::TempStorage sort;  // rank 0's sorted write-out, after the last cluster barrier
+    } work;
+    typename Scan::TempStorage scan;  // smallest-index ties' rank by position
+    std::uint32_t warp_sums[kWarps];  // device::pick_striped_bin's
+    device::BinPick pick;             // the pass's bin: rank 0's pick, written into every rank
+    std::uint32_t part_gt[kMaxSplit];  // every rank's taken keys above the cut (written by each rank)
+    std::uint32_t part_eq[kMaxSplit];  // every rank's ties of the K-th key
+    std::uint32_t local_gt, local_eq;  // this rank's counts, summed over its warps
+    std::uint32_t taken_gt, taken_eq;  // slots claimed by this rank's warps
+  };
+  static constexpr std::size_t kKeysOffset = (sizeof(SharedStorage) + 15) / 16 * 16;
+  // The launch's shared memory for rows of up to num_cols keys over `size` CTAs.
+  static constexpr std::size_t smem_bytes(std::int64_t num_cols, int size) {
+    return kKeysOffset + static_cast<std::size_t>(cluster_part_keys(num_cols, size)) * sizeof(std::uint32_t);
+  }
+  static constexpr std::size_t kMaxSmemBytes = kKeysOffset + ClusterRows::kMaxPartKeys * sizeof(std::uint32_t);
+};
+
 template <int K, class R>
 struct ResidentConfig {
   static_assert(K % R::kThreads == 0, "the sorted write-out gives each thread K / threads slots");

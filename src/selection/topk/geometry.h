@@ -112,4 +112,28 @@ struct ResidentRows16K {
 
 inline constexpr std::int64_t kResidentMaxLen = ResidentRows16K::kMaxLen;
 
+// The cluster-resident kernel (cluster_kernel.cuh) for launches of few rows
+// longer than kResidentMaxLen: a row over a cluster of 2 to kMaxSplit CTAs,
+// one an SM (1024 threads), each holding its part as keys in shared memory.
+// kMaxPartKeys: the keys a CTA holds (160 KB; with the histograms, the
+// emission's order keys and the sort, ~215 KB at K = 2048), so rows of up
+// to 16 x 40960 - 3 keys (a row starts up to 3 keys past a 16-byte
+// boundary). kMinPartKeys: the launcher's smallest part
+// (plan.h); below it a pass's two cluster barriers and the count
+// exchange cost more than the shorter part saves. kLoadUnroll: 16-byte
+// loads a thread has in flight (64 KB a CTA).
+struct ClusterRows {
+  static constexpr int kThreads = 1024;
+  static constexpr int kMinCtasPerSm = 1;
+  static constexpr std::int64_t kMaxPartKeys = 40960;
+  static constexpr std::int64_t kMinPartKeys = 4096;
+  static constexpr int kLoadUnroll = 4;
+};
+// Keys a CTA of the cluster-resident kernel holds for rows of up to
+// num_cols keys over `size` CTAs (a row starts up to 3 keys past a 16-byte
+// boundary; whole 16-byte groups of 4 keys).
+constexpr std::int64_t cluster_part_keys(std::int64_t num_cols, int size) {
+  return ((num_cols + 6) / 4 + size - 1) / size * 4;
+}
+
 }  // namespace dsa::selection::topk

@@ -78,6 +78,25 @@ constexpr int split_cluster_size(std::int64_t num_rows, std::int64_t num_cols, c
   return 1;
 }
 
+// CTAs a row of the cluster-resident kernel for a launch of num_rows rows of
+// up to num_cols keys when the device holds clusters[i] clusters of 2 << i
+// of its CTAs at once: the largest size whose clusters take every row at
+// once and whose parts are between ClusterRows' least and most (more SMs
+// load and count each row, until the cluster barriers cost more than the
+// shorter part saves), or 0 when no size does. Rows that fit one CTA's
+// resident kernel are not this kernel's.
+constexpr int cluster_resident_size(std::int64_t num_rows, std::int64_t num_cols, const int (&clusters)[kSplitSizes]) {
+  if (num_cols <= kResidentMaxLen) return 0;
+  for (int i = kSplitSizes - 1; i >= 0; --i) {
+    const int size = 2 << i;
+    const std::int64_t part = cluster_part_keys(num_cols, size);
+    if (num_rows <= clusters[i] && part <= ClusterRows::kMaxPartKeys && part >= ClusterRows::kMinPartKeys) {
+      return size;
+    }
+  }
+  return 0;
+}
+
 // Whether a launch asked to follow the scores' producer programmatically
 // (TopkHooks::after_producer) is launched so: num_rows rows of a kernel the
 // device holds ctas_on_device CTAs of at once. Not when the resident kernel
@@ -98,11 +117,15 @@ constexpr bool launch_programmatic(bool after_producer, bool resident, std::int6
 enum class TopkGeometry {
   kResident8K,   // topk_resident_kernel, ResidentRows8K
   kResident16K,  // topk_resident_kernel, ResidentRows16K
+  kClusterRows,  // topk_cluster_kernel, ClusterRows: each row in a cluster's shared memory
   kSplitRows,    // topk_split_kernel, WideRows: each row over a cluster of CTAs
   kWideRows,     // topk_kernel, WideRows
   kLongRows64K,  // topk_kernel, LongRows64K
   kLongRows,     // topk_kernel, LongRows
 };
+
+static_assert(ClusterRows::kThreads == WideRows::kThreads && ClusterRows::kMinCtasPerSm == WideRows::kMinCtasPerSm,
+              "a cluster plan the occupancy declines runs the split or wide kernel at its threads and CTAs an SM");
 
 struct TopkPlan {
   TopkGeometry geometry = TopkGeometry::kLongRows;
@@ -111,8 +134,11 @@ struct TopkPlan {
   int ctas_on_device = 0;   // SMs x min_ctas_per_sm: CTAs running at once
   // kSplitRows: split_ctas_for picks the CTAs a row once the device's
   // cluster occupancy is read, and a pick of 1 runs topk_kernel with
-  // WideRows (the same threads and CTAs an SM) instead.
-  bool split_pinned = false;  // TopkEngine::kSampledSplit: at least 2 CTAs a row
+  // WideRows (the same threads and CTAs an SM) instead. kClusterRows:
+  // cluster_ctas_for picks, and a pick of 0 runs the split or wide kernel
+  // as the automatic engine would without the cluster-resident one (the
+  // same threads and CTAs an SM).
+  bool split_pinned = false;  // kSampledSplit / kClusterResident: pinned, at least 2 CTAs a row
   int split_ctas = 0;         // pinned: TopkHooks::split_ctas (0: picked)
   bool programmatic = false;  // launched after the scores' producer (launch_programmatic)
 };
@@ -128,5 +154,13 @@ Status make_plan(const TopkParams& params, const DeviceLimits& limits, const Top
 // when the engine is pinned; 1: the rows do not split).
 int split_ctas_for(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols,
                    const int (&clusters)[kSplitSizes]);
+
+// CTAs a row of a kClusterRows plan for num_rows rows of up to num_cols keys
+// when the device holds clusters[i] clusters of 2 << i CTAs of the
+// cluster-resident kernel at once: the pinned count, else the smallest size
+// whose parts hold the rows when the engine is pinned, else
+// cluster_resident_size's (0: not this kernel).
+int cluster_ctas_for(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols,
+                     const int (&clusters)[kSplitSizes]);
 
 }  // namespace dsa::selection::topk

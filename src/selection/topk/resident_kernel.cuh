@@ -34,10 +34,6 @@
 
 namespace dsa::selection::topk {
 
-// Key of an empty slot of the resident row (head and tail padding): below
-// every score's key (>= kNegInfKey > 0), so it is never counted or emitted.
-inline constexpr std::uint32_t kPadKey = 0;
-
 // kWritesOutput: a row whose top K are the keys at or above a bin's bottom
 // (no tie cut: most model-like rows) has its winners' indices (position +
 // offset) staged in shared memory and copied to the row's K output slots,

@@ -11,6 +11,7 @@
 
 #include "common/cuda_status.h"
 #include "common/launch_cache.h"
+#include "selection/topk/cluster_kernel.cuh"
 #include "selection/topk/config.h"
 #include "selection/topk/plan.h"
 #include "selection/topk/resident_kernel.cuh"
@@ -22,7 +23,7 @@ namespace {
 Status cuda_error(cudaError_t err, const char* what) { return cuda_status(err, std::string("topk: ") + what); }
 
 // The plan's kernel instance and its shared-memory size; cluster: CTAs a
-// row (topk_split_kernel when > 1).
+// row (topk_split_kernel or topk_cluster_kernel when > 1).
 struct Instance {
   const void* kernel;
   std::size_t smem_bytes;
@@ -88,11 +89,34 @@ Status prepare_sampled(const TopkPlan& plan, int device, const DeviceLimits& lim
                  plan, device, limits, out);
 }
 
-// The split kernel: prepare()'s set-up, the clusters of each size the
-// device holds at once (16 CTAs is past the portable size, allowed per
-// kernel; a device that places none gets 0), and the plan's CTAs a row for
-// num_rows rows of up to num_cols keys in out->cluster (1: the launch does
-// not split).
+// The clusters of each size (2 << i CTAs, i < kSplitSizes) the device holds
+// at once of `kernel`, prepared as `inst` (16 CTAs is past the portable
+// size, allowed per kernel; a device that places none gets 0), read once
+// per kernel and device.
+Status cluster_occupancy(const void* kernel, const TopkPlan& plan, const Instance& inst, int device,
+                         int (&clusters)[kSplitSizes]) {
+  for (int i = 0; i < kSplitSizes; ++i) {
+    const Status st = LaunchCache::get().once(
+        kernel, device,
+        [&](int* value) -> Status {
+          cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+          if (err != cudaSuccess) return cuda_error(err, "allowing clusters of 16 CTAs");
+          Instance probe = inst;
+          probe.cluster = 2 << i;
+          cudaLaunchAttribute attrs[2] = {};
+          const cudaLaunchConfig_t cfg = launch_config(plan, probe, 1, nullptr, false, attrs);
+          err = cudaOccupancyMaxActiveClusters(value, kernel, &cfg);
+          return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reading the cluster occupancy");
+        },
+        &clusters[i], /*tag=*/1 + i);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// The split kernel: prepare()'s set-up, its cluster occupancy, and the
+// plan's CTAs a row for num_rows rows of up to num_cols keys in
+// out->cluster (1: the launch does not split).
 template <int K, class G>
 Status prepare_split(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols, int device,
                      const DeviceLimits& limits, Instance* out) {
@@ -100,23 +124,27 @@ Status prepare_split(const TopkPlan& plan, std::int64_t num_rows, std::int64_t n
   Status st = prepare(kernel, sizeof(typename Config<K, G>::SharedStorage), plan, device, limits, out);
   if (!st.ok()) return st;
   int clusters[kSplitSizes] = {};
-  for (int i = 0; i < kSplitSizes && st.ok(); ++i) {
-    st = LaunchCache::get().once(
-        kernel, device,
-        [&](int* value) -> Status {
-          cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-          if (err != cudaSuccess) return cuda_error(err, "allowing the split kernel's largest clusters");
-          Instance probe = *out;
-          probe.cluster = 2 << i;
-          cudaLaunchAttribute attrs[2] = {};
-          const cudaLaunchConfig_t cfg = launch_config(plan, probe, 1, nullptr, false, attrs);
-          err = cudaOccupancyMaxActiveClusters(value, kernel, &cfg);
-          return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reading the split kernel's cluster occupancy");
-        },
-        &clusters[i], /*tag=*/1 + i);
-  }
+  st = cluster_occupancy(kernel, plan, *out, device, clusters);
   if (!st.ok()) return st;
   out->cluster = split_ctas_for(plan, num_rows, num_cols, clusters);
+  return Status::Ok();
+}
+
+// The cluster-resident kernel: prepare()'s set-up at its largest part, its
+// cluster occupancy, the plan's CTAs a row in out->cluster (0: not this
+// kernel) and the launch's shared memory for the parts of that size.
+template <int K>
+Status prepare_cluster(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols, int device,
+                       const DeviceLimits& limits, Instance* out) {
+  using Cfg = ClusterConfig<K>;
+  const void* kernel = reinterpret_cast<const void*>(&topk_cluster_kernel<K>);
+  Status st = prepare(kernel, Cfg::kMaxSmemBytes, plan, device, limits, out);
+  if (!st.ok()) return st;
+  int clusters[kSplitSizes] = {};
+  st = cluster_occupancy(kernel, plan, *out, device, clusters);
+  if (!st.ok()) return st;
+  out->cluster = cluster_ctas_for(plan, num_rows, num_cols, clusters);
+  if (out->cluster > 0) out->smem_bytes = Cfg::smem_bytes(num_cols, out->cluster);
   return Status::Ok();
 }
 
@@ -126,19 +154,26 @@ Status prepare_resident(const TopkPlan& plan, int device, const DeviceLimits& li
                  sizeof(typename ResidentConfig<K, R>::SharedStorage), plan, device, limits, out);
 }
 
-// The instance of K and the plan's geometry, its attributes set; a split
-// plan whose pick is one CTA a row runs the wide kernel (the same threads
-// and CTAs an SM).
+// The instance of K and the plan's geometry, its attributes set; a cluster
+// plan whose pick is none runs the split kernel or the wide one as the
+// automatic engine picks them without it, and a split plan whose pick is
+// one CTA a row runs the wide kernel (the same threads and CTAs an SM).
 template <int K>
 Status prepare_for(const TopkPlan& plan, std::int64_t num_rows, std::int64_t num_cols, int device,
                    const DeviceLimits& limits, Instance* out) {
   switch (plan.geometry) {
     case TopkGeometry::kResident8K: return prepare_resident<K, ResidentRows8K>(plan, device, limits, out);
     case TopkGeometry::kResident16K: return prepare_resident<K, ResidentRows16K>(plan, device, limits, out);
+    case TopkGeometry::kClusterRows:
     case TopkGeometry::kSplitRows:
     case TopkGeometry::kWideRows:
       if constexpr (K % WideRows::kThreads == 0) {
-        if (plan.geometry == TopkGeometry::kSplitRows) {
+        if (plan.geometry == TopkGeometry::kClusterRows) {
+          const Status cluster = prepare_cluster<K>(plan, num_rows, num_cols, device, limits, out);
+          if (!cluster.ok() || out->cluster > 0) return cluster;
+        }
+        if (plan.geometry == TopkGeometry::kSplitRows ||
+            (plan.geometry == TopkGeometry::kClusterRows && rows_may_split(num_cols))) {
           const Status split = prepare_split<K, WideRows>(plan, num_rows, num_cols, device, limits, out);
           if (!split.ok() || out->cluster > 1) return split;
         }

@@ -13,6 +13,8 @@ namespace dsa::selection::topk {
 // Which kernel runs the rows (TopkHooks::engine).
 enum class TopkEngine {
   kAuto,         // the resident kernel for num_cols <= kResidentMaxLen, else
+                 //   cluster-resident when the launch plan finds a cluster size
+                 //   for the rows (plan.h), else
                  //   sampled: wide when num_rows <= the SM count and K >= 1024
                  //   (split over clusters when the rows are few and long enough,
                  //   plan.h), LongRows64K up to its kMaxLen, LongRows beyond
@@ -24,6 +26,9 @@ enum class TopkEngine {
   kSampledSplit, // the wide sampled kernel with each row split over a cluster of
                  //   TopkHooks::split_ctas CTAs (0: as kAuto picks, at least 2); K >= 1024
   kResident,     // the resident kernel; num_cols must be <= kResidentMaxLen
+  kClusterResident,  // each row over a cluster of TopkHooks::split_ctas CTAs (0: the
+                     //   launch plan's size, at least 2) holding it in shared memory;
+                     //   K >= 1024, num_cols at most that many CTAs' parts
 };
 
 // Test hooks; the operator uses the defaults.
@@ -46,7 +51,8 @@ struct TopkHooks {
   // the sampled kernel has a threshold to force; kAuto and kResident become
   // kSampled).
   TopkEngine engine = TopkEngine::kAuto;
-  // kSampledSplit's CTAs a row: 2, 4, 8 or 16 (kMaxSplit), or 0 to pick.
+  // kSampledSplit's and kClusterResident's CTAs a row: 2, 4, 8 or 16
+  // (kMaxSplit), or 0 to pick.
   int split_ctas = 0;
   // Launched programmatically after the kernel that writes the scores
   // (which calls sm90::allow_dependent_launch): the top-k's CTAs may take

@@ -20,6 +20,10 @@ enum class TopkPath : std::uint32_t {
   kResident,      // the resident kernel: the row in shared memory, histogram
                   //   passes to the K-th key (threshold_key = kth_key, count_gt
                   //   and count_eq around it, threshold_passes = passes)
+  kClusterResident,  // the cluster-resident kernel: the row over a cluster's shared
+                     //   memory, radix passes; threshold_key = kth_key = the K-th key,
+                     //   or the bottom of a bin the top K take whole (count_gt = K,
+                     //   count_eq = 0), threshold_passes = passes
 };
 
 // What one row did, written by the kernel when TopkHooks::trace is set.
