@@ -185,6 +185,7 @@ fi
 if [ "$installed" = 1 ] && [ -z "${SKIP_PYTEST:-}" ]; then
   mkdir -p "$WORK/suite"
   cp -r python/tests "$WORK/suite/tests"
+  cp -r python/examples "$WORK/suite/examples"  # tests that run the examples find them beside tests/
   # shellcheck disable=SC2086
   run_logged pytest in_dir "$WORK/suite" timeout "${PYTEST_TIMEOUT_S:-240}" "$VPY" -m pytest tests -q -rs \
     --durations=10 --junitxml="$OUT/pytest.xml" ${PYTEST_ARGS:-}

@@ -57,6 +57,7 @@ run_logged example_vllm "$PYTHON" python/examples/vllm_prefill.py
 run_logged example_sglang "$PYTHON" python/examples/sglang_ragged.py
 run_logged example_vllm_decode "$PYTHON" python/examples/vllm_decode.py
 run_logged example_sglang_decode "$PYTHON" python/examples/sglang_decode.py
+run_logged example_context_parallel "$PYTHON" python/examples/context_parallel.py
 if [ -z "${SKIP_BENCH:-}" ]; then
   run_logged bench "$PYTHON" python/bench/bench_op.py --cli build-python/dsa-topk --json "$OUT/bench-op.json"
 fi
@@ -73,7 +74,7 @@ fi
   echo '```'
   section pytest | grep -vE '^\s*$' | tail -40
   echo '```'
-  section_tails 25 example_vllm example_sglang example_vllm_decode example_sglang_decode bench
+  section_tails 25 example_vllm example_sglang example_vllm_decode example_sglang_decode example_context_parallel bench
 } >>"$SUMMARY"
 cat "$SUMMARY"
 failed=0
