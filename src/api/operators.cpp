@@ -3,7 +3,7 @@
 #include <string>
 
 #include "api/check_finite.h"
-#include "api/cuda_runtime.h"
+#include "api/cuda_queries.h"
 #include "api/status_macros.h"
 #include "api/validate.h"
 #include "decode/decode.h"

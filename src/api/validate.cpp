@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "api/cuda_runtime.h"
+#include "api/cuda_queries.h"
 #include "api/status_macros.h"
 #include "api/validate.h"
 #include "dsa_topk/dsa_topk.h"

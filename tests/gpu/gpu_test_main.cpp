@@ -6,7 +6,7 @@
 #include <string>
 
 #include "dsa_topk/dsa_topk.h"
-#include "api/cuda_runtime.h"
+#include "api/cuda_queries.h"
 
 int main(int argc, char** argv) {
   std::string why;

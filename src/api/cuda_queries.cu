@@ -1,4 +1,4 @@
-#include "api/cuda_runtime.h"
+#include "api/cuda_queries.h"
 
 #include <cuda_runtime.h>
 
