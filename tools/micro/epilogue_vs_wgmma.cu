@@ -3,7 +3,8 @@
 // session 9)? One CTA per SM, 256 threads: warpgroup 0 runs the scoring
 // kernel's product (4 x wgmma m64n256k32 e4m3 from shared memory, commit,
 // wait) in a loop; warpgroup 1 runs one instruction pattern on its own
-// registers (Pattern, below), 256 instructions a thread per iteration. The
+// registers (Pattern, below), the head reduction's 128 values a thread per
+// iteration (256 instructions, 128 for the packed patterns). The
 // products alone, each pattern alone, and each pattern beside the products
 // (the product loop runs until the pattern's warps finish). Reports cycles
 // per product and per pattern iteration (clock64).
@@ -21,8 +22,17 @@
 // a scheduler; an IADD3 about 0.2, but the integer pattern itself runs 2x
 // slower beside the products. A sleeping warpgroup costs nothing.
 //
+// The packed patterns ask whether the head reduction in packed 16-bit
+// floats, one instruction a value instead of two (per pair of values one
+// cvt.rn.relu.{f16,bf16}x2.f32 and one fma.rn.{f16,bf16}x2, where
+// kReduction takes an FADD |x| and an FFMA a value), costs the products
+// half as much as the FP32 one.
+//
 // Built by CMake as micro_epilogue_vs_wgmma (DSA_BUILD_BENCH); run it on
-// the device.
+// the device (the CLI and tests off: their dependencies are not needed):
+//   cmake -S . -B build -G Ninja -DDSA_BUILD_CLI=OFF -DDSA_BUILD_TESTS=OFF && cmake --build build --target micro_epilogue_vs_wgmma && build/micro_epilogue_vs_wgmma
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,15 +57,17 @@ struct Result {
                // that products ran)
 };
 
-// What warpgroup 1 runs, 256 instructions a thread per iteration.
+// What warpgroup 1 runs on 128 values a thread per iteration.
 enum class Pattern {
-  kNone,       // nothing: warpgroup 1 exits at once
-  kReduction,  // the kernel's head reduction: 128 FADD |x| + 128 FFMA (3 register reads)
-  kOneRead,    // 256 FADD x + 1.0 (one register read, an immediate)
-  kInteger,    // 256 IADD3 a + b + c (the integer pipe, 3 register reads)
-  kMaxRelu,    // the reduction with relu as FMNMX x, 0 (128 FMNMX + 128 FFMA): one FP32-pipe instruction a value
-  kHalfRate,   // kReduction, then __nanosleep(150) (a lower issue rate: its cycles say how much)
-  kIdle,       // __nanosleep(300) only: resident, issuing almost nothing
+  kNone,        // nothing: warpgroup 1 exits at once
+  kReduction,   // the kernel's head reduction: 128 FADD |x| + 128 FFMA (3 register reads)
+  kOneRead,     // 256 FADD x + 1.0 (one register read, an immediate)
+  kInteger,     // 256 IADD3 a + b + c (the integer pipe, 3 register reads)
+  kMaxRelu,     // the reduction with relu as FMNMX x, 0 (128 FMNMX + 128 FFMA): one FP32-pipe instruction a value
+  kHalfRate,    // kReduction, then __nanosleep(150) (a lower issue rate: its cycles say how much)
+  kIdle,        // __nanosleep(300) only: resident, issuing almost nothing
+  kHalfPacked,  // the reduction in fp16 pairs: 64 cvt.rn.relu.f16x2.f32 + 64 fma.rn.f16x2
+  kBf16Packed,  // the same in bf16: 64 cvt.rn.relu.bf16x2.f32 + 64 fma.rn.bf16x2
 };
 
 const char* pattern_name(Pattern p) {
@@ -67,13 +79,97 @@ const char* pattern_name(Pattern p) {
     case Pattern::kMaxRelu: return "FMNMX + FFMA";
     case Pattern::kHalfRate: return "FADD |x| + FFMA, sleep 150";
     case Pattern::kIdle: return "sleep 300";
+    case Pattern::kHalfPacked: return "cvt.rn.relu.f16x2 + fma.f16x2";
+    case Pattern::kBf16Packed: return "cvt.rn.relu.bf16x2 + fma.bf16x2";
   }
   return "?";
 }
 
-// One iteration of pattern p on the thread's registers.
+constexpr bool is_packed(Pattern p) { return p == Pattern::kHalfPacked || p == Pattern::kBf16Packed; }
+
+// PTX ISA "Data Movement and Conversion Instructions: cvt": relu(lo) in the
+// low 16 bits, relu(hi) in the high, rounded to nearest.
+template <bool kBf16>
+__device__ __forceinline__ std::uint32_t cvt_relu_x2(float lo, float hi) {
+  std::uint32_t d;
+  if constexpr (kBf16) {
+    asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
+}
+
+// PTX ISA "Half Precision Floating-Point Instructions: fma": a * b + c on
+// both halves.
+template <bool kBf16>
+__device__ __forceinline__ std::uint32_t fma_x2(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
+  std::uint32_t d;
+  if constexpr (kBf16) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+}
+
+// x rounded to fp16 or bf16, in the low 16 bits.
+template <bool kBf16>
+__device__ __forceinline__ std::uint32_t to_bits16(float x) {
+  if constexpr (kBf16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+// The fp16 or bf16 value in the low 16 bits.
+template <bool kBf16>
+__device__ __forceinline__ float from_bits16(std::uint32_t bits) {
+  const auto b = static_cast<unsigned short>(bits);
+  if constexpr (kBf16) return __bfloat162float(__ushort_as_bfloat16(b));
+  return __half2float(__ushort_as_half(b));
+}
+
+// The packed patterns' registers beside micro::EpilogueRegisters, fp16 or
+// bf16 pairs: its 16 head weights as 8 pairs (w[g][0] low, w[g][1] high),
+// and kReduction's 8 sums, each a pair of partial sums (of the values with
+// e = 0 low, e = 1 high).
+template <bool kBf16>
+struct PackedSums {
+  std::uint32_t w[8];
+  std::uint32_t sum[8] = {};
+  __device__ __forceinline__ explicit PackedSums(const micro::EpilogueRegisters& r) {
+#pragma unroll
+    for (int g = 0; g < 8; ++g) w[g] = to_bits16<kBf16>(r.w[g][0]) | to_bits16<kBf16>(r.w[g][1]) << 16;
+  }
+  __device__ __forceinline__ float total() const {
+    float t = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) t += from_bits16<kBf16>(sum[s]) + from_bits16<kBf16>(sum[s] >> 16);
+    return t;
+  }
+};
+
 template <Pattern kPattern>
-__device__ __forceinline__ void pattern_pass(micro::EpilogueRegisters& r, float (&sum)[8]) {
+using PatternSums = PackedSums<kPattern == Pattern::kBf16Packed>;
+
+// kReduction's pass on value pairs (acc[i - 1], acc[i]), which share q, half
+// and g: t = relu of both, packed; acc[i - 1] = t (so the conversion's input
+// changes every pass and ptxas cannot hoist it out of the loop);
+// sum[q][half] += w[g] * t on both halves.
+template <bool kBf16>
+__device__ __forceinline__ void packed_reduction_pass(micro::EpilogueRegisters& r, PackedSums<kBf16>& p) {
+  micro::for_each_value<false>([&](int q, int half, int g, int e, int i) {
+    if (e == 0) return;
+    const std::uint32_t t = cvt_relu_x2<kBf16>(r.acc[i - 1], r.acc[i]);
+    r.acc[i - 1] = __uint_as_float(t);
+    p.sum[q * 2 + half] = fma_x2<kBf16>(p.w[g], t, p.sum[q * 2 + half]);
+  });
+}
+
+// One iteration of pattern p on the thread's registers (packed: the packed
+// patterns' sums, unused by the others).
+template <Pattern kPattern>
+__device__ __forceinline__ void pattern_pass(micro::EpilogueRegisters& r, float (&sum)[8],
+                                             PatternSums<kPattern>& packed) {
   if constexpr (kPattern == Pattern::kReduction || kPattern == Pattern::kHalfRate) {
     micro::reduction_pass(r, sum);
     if constexpr (kPattern == Pattern::kHalfRate) __nanosleep(150);
@@ -98,6 +194,8 @@ __device__ __forceinline__ void pattern_pass(micro::EpilogueRegisters& r, float 
     }
   } else if constexpr (kPattern == Pattern::kIdle) {
     __nanosleep(300);
+  } else if constexpr (is_packed(kPattern)) {
+    packed_reduction_pass(r, packed);
   }
 }
 
@@ -169,8 +267,9 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
   } else {
     micro::EpilogueRegisters r(seed);
     float sum[8] = {};
+    PatternSums<kPattern> packed(r);
     const long long start = clock64();
-    for (int it = 0; it < epi_iters; ++it) pattern_pass<kPattern>(r, sum);
+    for (int it = 0; it < epi_iters; ++it) pattern_pass<kPattern>(r, sum, packed);
     const long long stop = clock64();
     __syncwarp();
     if (threadIdx.x == 128) *done = 1;
@@ -179,6 +278,7 @@ __global__ void __launch_bounds__(256, 1) concurrent_kernel(Result* out, int epi
     for (int s = 0; s < 8; ++s) total += sum[s];
 #pragma unroll
     for (int i = 0; i < 128; ++i) total += r.acc[i];
+    if constexpr (is_packed(kPattern)) total += packed.total();
     if (threadIdx.x == 128) out[blockIdx.x].epi_cycles = (stop - start) + (total == 12345.0f);
   }
 }
@@ -238,8 +338,8 @@ int main() {
   std::printf(
       "%d SMs; one product = 4 x wgmma m64n256k32 e4m3 (4.19 MFLOP), "
       "%d products per commit group; one "
-      "pattern iteration = 256 instructions a thread (the sleeps aside), one "
-      "warp per scheduler\n\n",
+      "pattern iteration = 128 values, 256 instructions a thread (128 packed; "
+      "the sleeps aside), one warp per scheduler\n\n",
       sms, kChain);
   std::printf(
       "| case | cycles per product | cycles per pattern iteration | "
@@ -252,6 +352,8 @@ int main() {
     alone_and_beside_products<Pattern::kMaxRelu>(sms);
     alone_and_beside_products<Pattern::kHalfRate>(sms);
     run<true, Pattern::kIdle>(sms, 4000, 0);
+    alone_and_beside_products<Pattern::kHalfPacked>(sms);
+    alone_and_beside_products<Pattern::kBf16Packed>(sms);
   }
   return 0;
 }
