@@ -116,20 +116,20 @@ struct FilterSink {
     std::uint32_t inclusive = n;
 #pragma unroll
     for (int d = 4; d < 32; d *= 2) {
-      const std::uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+      const std::uint32_t v = __shfl_up_sync(kFullWarp, inclusive, d);
       if (lane >= d) inclusive += v;
     }
     const std::uint32_t exclusive = inclusive - n;
-    const std::uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 28 + lane % 4);
+    const std::uint32_t total = __shfl_sync(kFullWarp, inclusive, 28 + lane % 4);
     std::uint32_t reserved = 0;
     if (lane < 4 && total != 0) reserved = atomicAdd(count + t0 + lane + 4 * r, total);
 #pragma unroll 1
     for (int g = 0; g < 4; ++g) {
-      const std::uint32_t group_total = __shfl_sync(0xFFFFFFFFu, total, g);
-      const std::uint32_t base = __shfl_sync(0xFFFFFFFFu, reserved, g);
+      const std::uint32_t group_total = __shfl_sync(kFullWarp, total, g);
+      const std::uint32_t base = __shfl_sync(kFullWarp, reserved, g);
       std::uint32_t start[8];  // first entry of lane g + 4k in the query's run
 #pragma unroll
-      for (int k = 0; k < 8; ++k) start[k] = __shfl_sync(0xFFFFFFFFu, exclusive, g + 4 * k);
+      for (int k = 0; k < 8; ++k) start[k] = __shfl_sync(kFullWarp, exclusive, g + 4 * k);
       std::uint64_t* area = candidates + (t0 + g + 4 * r) * capacity;
       for (std::uint32_t j = lane; j < group_total; j += kWarpSize) {
         // The last lane whose run starts at or before j (lanes with nothing
@@ -167,7 +167,7 @@ struct FilterSink {
         }
         st.budget[r] -= tie ? 1 : 0;
       }
-      if (__any_sync(0xFFFFFFFFu, st.staged[r] > kLaneSlots - 2)) flush(st, sh, t0, lane, r);
+      if (__any_sync(kFullWarp, st.staged[r] > kLaneSlots - 2)) flush(st, sh, t0, lane, r);
     }
   }
 
@@ -178,9 +178,9 @@ struct FilterSink {
       flush(st, sh, t0, lane, r);
       // Ties past the budgets: summed over the 8 lanes of each query.
       std::uint32_t extra = st.budget[r] < 0 ? static_cast<std::uint32_t>(-st.budget[r]) : 0u;
-      if (__any_sync(0xFFFFFFFFu, extra != 0)) {
+      if (__any_sync(kFullWarp, extra != 0)) {
 #pragma unroll
-        for (int d = 4; d < 32; d *= 2) extra += __shfl_xor_sync(0xFFFFFFFFu, extra, d);
+        for (int d = 4; d < 32; d *= 2) extra += __shfl_xor_sync(kFullWarp, extra, d);
         if (lane < 4 && extra != 0) atomicAdd(unstaged + t0 + lane + 4 * r, extra);
       }
     }
@@ -210,7 +210,7 @@ struct ChecksumSink {
   }
   template <int R>
   __device__ void finish(Lane<R>& st, Shared&, std::int64_t, int) const {
-    const std::uint32_t x = __reduce_xor_sync(0xFFFFFFFFu, st.x);
+    const std::uint32_t x = __reduce_xor_sync(kFullWarp, st.x);
     if (threadIdx.x % 32 == 0 && checksum != nullptr) atomicXor(checksum, x);
   }
 };

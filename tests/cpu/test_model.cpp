@@ -291,7 +291,7 @@ TEST(RadixSelect, RejectsRankOutsideTheKeys) {
 
 // ------------------------------------------------------- model_select_row --
 
-TEST(SelectRow, RowsUpToKAreEmittedDirectly) {
+TEST(ModelSelectRow, RowsUpToKAreEmittedDirectly) {
   std::mt19937_64 rng(3);
   for (const int k : kKs) {
     for (const std::int64_t len : {std::int64_t{0}, std::int64_t{1}, std::int64_t{k - 1},
@@ -309,7 +309,7 @@ TEST(SelectRow, RowsUpToKAreEmittedDirectly) {
 // Over 10,000 rows of every distribution, K, tie mode and length class with
 // the default configuration: every row exact, and the certified path the
 // common one on normal data long enough for sampling to matter.
-TEST(SelectRow, PropertyRandomAndAdversarialRows) {
+TEST(ModelSelectRow, PropertyRandomAndAdversarialRows) {
   constexpr int kRowsPerDist = 1100;
   std::mt19937_64 rng(4);
   PathCounts all;
@@ -347,7 +347,7 @@ TEST(SelectRow, PropertyRandomAndAdversarialRows) {
 
 // Small samples, no guard and tiny buffers make every failure class common;
 // the repairs must still make every row exact.
-TEST(SelectRow, StressConfigsReachEveryRepair) {
+TEST(ModelSelectRow, StressConfigsReachEveryRepair) {
   constexpr int kRows = 1500;
   std::mt19937_64 rng(5);
   PathCounts paths;
@@ -381,7 +381,7 @@ TEST(SelectRow, StressConfigsReachEveryRepair) {
                                   std::to_string(underflow_after_segment_repair));
 }
 
-TEST(SelectRow, RejectsBadArguments) {
+TEST(ModelSelectRow, RejectsBadArguments) {
   const std::vector<float> row(10, 1.0f);
   std::vector<std::int32_t> out;
   ModelConfig config;
