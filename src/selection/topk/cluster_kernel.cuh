@@ -7,15 +7,15 @@
 // serial chain on one SM (samples, threshold, filter, select, write-out),
 // which sets a lone long row's time whatever the split (docs/perf-log.md,
 // T108, T110):
-//   1. each rank loads its part of the row once (16-byte loads, several
-//      rounds in flight) as keys, counting their top kFirstDigitBits bits;
+//   1. each rank loads its part of the row once (16-byte loads,
+//      ClusterRows::kLoadUnroll a thread in flight) as keys, counting their
+//      top kFirstDigitBits bits;
 //   2. per pass: each rank adds its non-zero bins into rank 0's cluster
 //      histogram (remote atomics), a cluster barrier, rank 0 picks the bin
 //      of the K-th largest key and writes it into every rank, a second
 //      barrier; the next pass counts the next digit of the keys in that
-//      bin. At most three passes
-//      (11 + 11 + 10 bits) fix the K-th key; most rows stop earlier, when
-//      the top K take the chosen bin whole;
+//      bin. At most three passes (11 + 11 + 10 bits) fix the K-th key; most
+//      rows stop earlier, when the top K take the chosen bin whole;
 //   3. each rank counts what it takes (keys at or above the bin's bottom,
 //      or above the K-th key and its ties), the ranks exchange the counts
 //      (one more barrier), and each writes its winners at its own offset:
