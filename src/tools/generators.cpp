@@ -20,8 +20,10 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/fp8.h"
+#include "common/keys.h"
 #include "common/parallel.h"
 
 namespace dsa::tools {
@@ -693,6 +695,53 @@ ScoresProblem make_scores_problem(const ProblemSpec& spec) {
     }
   });
   return p;
+}
+
+MergeProblem make_merge_problem(const MergeSpec& spec) {
+  const std::int64_t slice = kMergeSliceKeysPerPartK * spec.part_k;
+  if (spec.P < 1 || spec.R < 0 || spec.part_k < 1 ||
+      spec.P > std::numeric_limits<std::int32_t>::max() / slice) {
+    throw std::invalid_argument("make_merge_problem: need P >= 1, R >= 0, part_k >= 1 and P * " +
+                                std::to_string(kMergeSliceKeysPerPartK) + " * part_k <= INT32_MAX (got P=" +
+                                std::to_string(spec.P) + " R=" + std::to_string(spec.R) +
+                                " part_k=" + std::to_string(spec.part_k) + ")");
+  }
+  MergeProblem m;
+  m.name = "merge/" + std::string(to_string(spec.dist));
+  m.seed = spec.seed;
+  m.P = spec.P;
+  m.R = spec.R;
+  m.part_k = spec.part_k;
+  const auto entries = static_cast<std::size_t>(spec.P * spec.R * spec.part_k);
+  m.values.assign(entries, std::numeric_limits<float>::quiet_NaN());
+  m.indices.assign(entries, -1);
+  parallel_items(spec.R, 0, [&](std::int64_t r) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<std::int32_t> order;
+    scores.resize(static_cast<std::size_t>(spec.P * slice));
+    Rng rng = stream(spec.seed, "merge", static_cast<std::uint64_t>(r));
+    fill_score_row(spec.dist, r, rng, scores);
+    // A strict total order, so the lists do not depend on the sort's algorithm.
+    const auto better = [&](std::int32_t a, std::int32_t b) {
+      const std::uint32_t ka = score_key(scores[a]), kb = score_key(scores[b]);
+      return ka != kb ? ka > kb : a < b;
+    };
+    const bool short_row = r % kMergeShortRowPeriod == kMergeShortRowPeriod - 1;
+    for (std::int64_t p = 0; p < spec.P; ++p) {
+      const std::int64_t len = short_row ? spec.part_k * p / (2 * spec.P) : slice;
+      order.resize(static_cast<std::size_t>(len));
+      std::iota(order.begin(), order.end(), static_cast<std::int32_t>(p * slice));
+      const std::int64_t count = std::min(spec.part_k, len);
+      std::nth_element(order.begin(), order.begin() + count, order.end(), better);
+      std::sort(order.begin(), order.begin() + count, better);
+      const std::int64_t base = (p * spec.R + r) * spec.part_k;
+      for (std::int64_t i = 0; i < count; ++i) {
+        m.indices[base + i] = order[i];
+        m.values[base + i] = scores[order[i]];
+      }
+    }
+  });
+  return m;
 }
 
 }  // namespace dsa::tools

@@ -66,4 +66,23 @@ void make_ranges(Layout layout, std::int64_t T, std::int64_t N, int K, std::uint
 // read outside [ks, ke) shows up.
 ScoresProblem make_scores_problem(const ProblemSpec& spec);
 
+// merge_topk inputs as context parallelism produces them: row r's scores over
+// P * S keys (S = kMergeSliceKeysPerPartK * part_k) with the character of
+// `dist` (make_scores_problem's rows), and part p the top part_k of its slice
+// [p * S, (p + 1) * S) by descending score, equal scores by ascending index.
+// Every kMergeShortRowPeriod-th row is short: part p's slice holds only
+// part_k * p / (2P) keys (part 0 none), so its list ends in empty slots
+// (index -1, value NaN) and the row may hold fewer than K entries.
+inline constexpr std::int64_t kMergeSliceKeysPerPartK = 4;
+inline constexpr std::int64_t kMergeShortRowPeriod = 16;
+struct MergeSpec {
+  Distribution dist = Distribution::kModelLike;
+  std::int64_t P = 1;       // parts, >= 1
+  std::int64_t R = 1;       // rows, >= 0
+  std::int64_t part_k = 1;  // >= 1; P * S keys must be int32-indexable
+  std::uint64_t seed = 1;
+};
+// Throws std::invalid_argument on an invalid spec.
+MergeProblem make_merge_problem(const MergeSpec& spec);
+
 }  // namespace dsa::tools

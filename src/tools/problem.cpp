@@ -54,4 +54,18 @@ TopkParams ScoresProblem::params(std::int32_t* indices, float* values,
 
 std::int64_t ScoresProblem::valid_pairs() const { return sum_of_lengths(ks, ke); }
 
+MergeTopkParams MergeProblem::params(std::int32_t* out_indices, float* out_values,
+                                     const SelectOptions& options) const {
+  MergeTopkParams p;
+  p.values = values.data();
+  p.indices = indices.data();
+  p.num_parts = P;
+  p.num_rows = R;
+  p.part_k = part_k;
+  p.out_indices = out_indices;
+  p.out_values = out_values;
+  p.options = options;
+  return p;
+}
+
 }  // namespace dsa::tools

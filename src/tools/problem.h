@@ -44,7 +44,21 @@ struct ScoresProblem {
   std::int64_t valid_pairs() const;
 };
 
-// Output buffers for either operator.
+// A merge_topk problem: P parts' top-part_k lists of R rows.
+struct MergeProblem {
+  std::string name;
+  std::uint64_t seed = 0;
+  std::int64_t P = 0;               // parts
+  std::int64_t R = 0;               // rows
+  std::int64_t part_k = 0;          // entries per part and row
+  std::vector<float> values;        // [P, R, part_k]; NaN in empty slots
+  std::vector<std::int32_t> indices;  // [P, R, part_k]; -1 = empty slot
+
+  // Params pointing into this problem's buffers (host pointers).
+  MergeTopkParams params(std::int32_t* out_indices, float* out_values, const SelectOptions& options) const;
+};
+
+// Output buffers for any operator.
 struct TopkOutput {
   std::int64_t T = 0;
   int K = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/fp8.h"
+#include "common/keys.h"
 #include "tools/generators.h"
 
 namespace dsa::tools {
@@ -724,6 +725,64 @@ TEST(Problem, ValidPairsUses64Bits) {
   p.ke.assign(3, std::numeric_limits<std::int32_t>::max());
   EXPECT_EQ(p.valid_pairs(),
             3 * static_cast<std::int64_t>(std::numeric_limits<std::int32_t>::max()));
+}
+
+// Merge inputs: each part's list lies in its own slice, ranked by descending
+// score (equal scores by ascending index, so indices are distinct), full but
+// in the short rows, whose lists end in empty slots; a seed gives the same
+// bytes.
+TEST(Generators, MergePartsAreRankedListsOfTheirSlices) {
+  for (Distribution dist : all_distributions()) {
+    SCOPED_TRACE(std::string(to_string(dist)));
+    MergeSpec spec;
+    spec.dist = dist;
+    spec.P = 3;
+    spec.R = 2 * kMergeShortRowPeriod + 1;
+    spec.part_k = 40;
+    spec.seed = 7;
+    const MergeProblem m = make_merge_problem(spec);
+    ASSERT_EQ(m.indices.size(), static_cast<std::size_t>(spec.P * spec.R * spec.part_k));
+    ASSERT_EQ(m.values.size(), m.indices.size());
+    const std::int64_t slice = kMergeSliceKeysPerPartK * spec.part_k;
+    for (std::int64_t p = 0; p < spec.P; ++p) {
+      for (std::int64_t r = 0; r < spec.R; ++r) {
+        const bool short_row = r % kMergeShortRowPeriod == kMergeShortRowPeriod - 1;
+        const std::int64_t full = short_row ? spec.part_k * p / (2 * spec.P) : spec.part_k;
+        const std::int64_t base = (p * spec.R + r) * spec.part_k;
+        for (std::int64_t i = 0; i < spec.part_k; ++i) {
+          const std::int32_t index = m.indices[base + i];
+          if (i >= full) {
+            EXPECT_EQ(index, -1) << "part " << p << " row " << r << " slot " << i;
+            EXPECT_TRUE(std::isnan(m.values[base + i]));
+            continue;
+          }
+          EXPECT_GE(index, p * slice);
+          EXPECT_LT(index, (p + 1) * slice);
+          if (i == 0) continue;
+          const std::uint32_t key = score_key(m.values[base + i]), prev = score_key(m.values[base + i - 1]);
+          EXPECT_TRUE(key < prev || (key == prev && index > m.indices[base + i - 1]))
+              << "part " << p << " row " << r << " slot " << i;
+        }
+      }
+    }
+    // Bytes, not floats: the empty slots hold NaN.
+    const auto same_bytes = [&m](const MergeProblem& other) {
+      return other.indices == m.indices &&
+             std::memcmp(other.values.data(), m.values.data(), m.values.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same_bytes(make_merge_problem(spec)));
+    spec.seed = 8;
+    EXPECT_FALSE(same_bytes(make_merge_problem(spec)));
+  }
+}
+
+TEST(Generators, MergeSpecOutOfRangeThrows) {
+  MergeSpec spec;
+  spec.P = 0;
+  EXPECT_THROW(make_merge_problem(spec), std::invalid_argument);
+  spec.P = 2;
+  spec.part_k = std::numeric_limits<std::int32_t>::max() / kMergeSliceKeysPerPartK;
+  EXPECT_THROW(make_merge_problem(spec), std::invalid_argument);
 }
 
 TEST(Generators, MillionKeysInSeconds) {

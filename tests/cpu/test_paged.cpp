@@ -411,13 +411,11 @@ TEST(PagedReference, CheckFiniteReadsOnlyUsedSlots) {
 // across parts. Values come from a small pool (ties across parts, +0 and -0,
 // -inf, NaN) mixed with distinct ones; empty slots hold -1 and a huge value
 // that must be ignored.
-struct MergeCase {
-  std::int64_t P = 0, R = 0, part_k = 0;
-  std::vector<float> values;
-  std::vector<std::int32_t> indices;
-
-  MergeCase(std::int64_t parts, std::int64_t rows, std::int64_t k_per_part, std::uint64_t seed)
-      : P(parts), R(rows), part_k(k_per_part) {
+struct MergeCase : tools::MergeProblem {
+  MergeCase(std::int64_t parts, std::int64_t rows, std::int64_t k_per_part, std::uint64_t seed) {
+    P = parts;
+    R = rows;
+    part_k = k_per_part;
     const float pool[] = {3.0f, 1.5f, 1.5f, 0.0f, -0.0f, -2.0f, -kInf, std::nanf(""), kInf};
     std::mt19937_64 rng(seed);
     values.resize(static_cast<std::size_t>(P * R * part_k));
@@ -441,19 +439,6 @@ struct MergeCase {
         }
       }
     }
-  }
-
-  MergeTopkParams params(std::int32_t* out_indices, float* out_values, const SelectOptions& options) const {
-    MergeTopkParams p;
-    p.values = values.data();
-    p.indices = indices.data();
-    p.num_parts = P;
-    p.num_rows = R;
-    p.part_k = part_k;
-    p.out_indices = out_indices;
-    p.out_values = out_values;
-    p.options = options;
-    return p;
   }
 };
 
