@@ -174,9 +174,14 @@ Status run_host(const tools::PagedProblem& prob, std::int32_t* indices, float* v
                 const ExecutionContext& ctx) {
   return indexer_topk_paged(prob.params(indices, values, options, /*physical_slots=*/false), ctx);
 }
+Status run_host(const tools::MergeProblem& prob, std::int32_t* indices, float* values, const SelectOptions& options,
+                const ExecutionContext& ctx) {
+  return merge_topk(prob.params(indices, values, options), ctx);
+}
 std::int64_t rows_of(const IndexerProblem& prob) { return prob.T; }
 std::int64_t rows_of(const ScoresProblem& prob) { return prob.T; }
 std::int64_t rows_of(const tools::PagedProblem& prob) { return prob.rows(); }
+std::int64_t rows_of(const tools::MergeProblem& prob) { return prob.R; }
 
 template <typename Problem>
 RunResult run_operator(const Problem& prob, const SelectOptions& options, bool want_values, Backend backend,
@@ -564,8 +569,10 @@ double median(std::vector<double> ms) {
 
 // Where two results of the same options differ, or "" when they are
 // identical: indices equal and values bit-equal, slot by slot when
-// `same_order`, else as each row's set of (index, value bits).
-std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput& b, bool same_order) {
+// `same_order`, else as each row's set of (index, value bits); the results
+// are named a_name and b_name.
+std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput& b, bool same_order,
+                             const std::string& a_name, const std::string& b_name) {
   if (a.indices.size() != b.indices.size() || a.values.size() != b.values.size()) return "output sizes differ";
   const bool values = !a.values.empty();
   using Slot = std::pair<std::int32_t, std::uint32_t>;
@@ -584,7 +591,8 @@ std::string first_difference(const tools::TopkOutput& a, const tools::TopkOutput
     if (diff.first != ra.end()) {
       const auto i = diff.first - ra.begin();
       return "row " + std::to_string(t) + (same_order ? " slot " : " index-sorted slot ") + std::to_string(i) +
-             ": fused " + std::to_string(diff.first->first) + ", unfused " + std::to_string(diff.second->first) +
+             ": " + a_name + " " + std::to_string(diff.first->first) + ", " + b_name + " " +
+             std::to_string(diff.second->first) +
              (values && diff.first->first == diff.second->first ? " (values differ)" : "");
     }
   }
@@ -625,7 +633,7 @@ Row run_indexer_cuda_case(const IndexerProblem& prob, Distribution dist, Layout 
                                                               cmp.scores.data(), prob.N, options, cmp.fused, threads);
     row.result = report.ok() ? "exact" : "WRONG: " + report.summary();
   } else {
-    const std::string diff = first_difference(cmp.fused, cmp.unfused, options.sorted);
+    const std::string diff = first_difference(cmp.fused, cmp.unfused, options.sorted, "fused", "unfused");
     row.result = diff.empty() ? "exact" : "WRONG: fused != unfused: " + diff;
   }
   return row;
@@ -786,6 +794,20 @@ DecodeBounds decode_bounds(const DecodeRow& r, const GpuCeilings* ceilings) {
 // do not apply, an error naming the option.
 void reject_inapplicable(const Args& args, const std::string& op, Backend backend) {
   const bool decode = op == "decode";
+  const bool merge = op == "merge";
+  for (const std::string name : {"P", "R", "part-k"}) {
+    if (!merge && args.flag(name)) throw std::invalid_argument("--" + name + ": the merge option (--op merge)");
+  }
+  for (const std::string name : {"T", "N", "layout", "relative", "baselines", "route", "heads", "grid"}) {
+    if (merge && args.flag(name)) {
+      throw std::invalid_argument("--" + name + ": not an option of --op merge (its shape: --P, --R, --part-k, --K)");
+    }
+  }
+  for (const std::string name : {"values", "sorted"}) {
+    if (merge && args.flag(name)) {
+      throw std::invalid_argument("--" + name + ": --op merge always returns values, sorted");
+    }
+  }
   for (const std::string name : {"B", "next-n", "L", "block-size"}) {
     if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
   }
@@ -962,6 +984,20 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
   return out;
 }
 
+// Every shape of every distribution, distribution after distribution:
+// run_case(shape, dist, settings, index, total) a row each.
+template <typename Shape, typename Settings, typename RunCase>
+auto rows_over(const std::vector<Shape>& shapes, const std::vector<Distribution>& dists, const Settings& s,
+               RunCase run_case) {
+  std::vector<decltype(run_case(shapes.front(), dists.front(), s, 0, 0))> rows;
+  int index = 0;
+  const int total = static_cast<int>(shapes.size() * dists.size());
+  for (Distribution dist : dists) {
+    for (const Shape& shape : shapes) rows.push_back(run_case(shape, dist, s, ++index, total));
+  }
+  return rows;
+}
+
 // bench --op decode: the grid (or the rows --B, --next-n, --L pick), each
 // row timed and verified once.
 int run_decode_bench(const Args& args, Backend backend) {
@@ -973,12 +1009,7 @@ int run_decode_bench(const Args& args, Backend backend) {
   s.check = !args.flag("no-verify");
   require_backend(backend);
   const GpuCeilings ceilings = ceilings_for(backend);
-  std::vector<DecodeRow> rows;
-  int index = 0;
-  const int total = static_cast<int>(shapes.size() * dists.size());
-  for (Distribution dist : dists) {
-    for (const DecodeShape& shape : shapes) rows.push_back(run_decode_case(shape, dist, s, ++index, total));
-  }
+  const std::vector<DecodeRow> rows = rows_over(shapes, dists, s, run_decode_case);
   const bool timed = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.ms > 0; });
   if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, s.reps);
   print_decode_table(rows, &ceilings);
@@ -992,15 +1023,195 @@ int run_decode_check(const Args& args, Backend backend) {
   const auto dists = parse_distributions(args.get("dist", "all"));
   const DecodeSettings s = decode_settings(args, backend);
   require_backend(backend);
-  std::vector<DecodeRow> rows;
-  int index = 0;
-  for (Distribution dist : dists) {
-    for (const DecodeShape& shape : shapes) {
-      rows.push_back(run_decode_case(shape, dist, s, ++index, static_cast<int>(shapes.size() * dists.size())));
-    }
-  }
+  const std::vector<DecodeRow> rows = rows_over(shapes, dists, s, run_decode_case);
   print_decode_table(rows, nullptr);
   return std::all_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.result == "exact"; }) ? 0 : 1;
+}
+
+// ---------------------------------------------------------------- merge ---
+//
+// merge_topk over P parts' top-part_k lists of R rows, generated as
+// context-parallel ranks make them (tools::make_merge_problem), so a call
+// reads P * R * part_k entries and writes R * K.
+
+struct MergeShape {
+  std::int64_t P = 1;       // parts
+  std::int64_t R = 1;       // rows
+  std::int64_t part_k = 1;  // entries per part and row
+  int K = 2048;
+};
+
+// The merge grid: the context-parallel shapes, P parts x R rows at K with
+// part_k = K, plus one K = 512 shape when no axis is given.
+constexpr std::int64_t kMergeParts[] = {2, 4, 8};
+constexpr std::int64_t kMergeRows[] = {64, 4096};
+constexpr MergeShape kMergeSmallK{2, 4096, 512, 512};
+// check --op merge's shape where --P and --R are not given: an odd part
+// count, and rows past a multiple of the short-row period.
+constexpr MergeShape kMergeCheckShape{3, 40, 2048, 2048};
+// The generator draws kMergeSliceKeysPerPartK * part_k keys a part, every
+// row's P slices int32-indexed.
+constexpr std::int64_t kMaxMergeKeys = std::numeric_limits<std::int32_t>::max();
+
+struct MergeRow {
+  std::string dist, backend, result;
+  MergeShape shape;
+  double ms = 0;  // median of the timed calls; 0 = not timed
+
+  // The parts' values and indices read, the [R, K] indices and values written.
+  double bytes() const {
+    constexpr double kEntryBytes = sizeof(float) + sizeof(std::int32_t);
+    return kEntryBytes * (static_cast<double>(shape.P) * shape.R * shape.part_k + static_cast<double>(shape.R) * shape.K);
+  }
+  double gb_s() const { return ms > 0 ? bytes() / (ms * 1e6) : 0; }
+  // Percent of the in-run HBM read ceiling, or 0 where not measured.
+  double pct_read(const GpuCeilings* ceilings) const {
+    if (!ceilings || !ceilings->measured || ceilings->read_tb_s <= 0) return 0;
+    return 100.0 * gb_s() / (ceilings->read_tb_s * 1e3);
+  }
+};
+
+// bench (grid): --P and --R each replace their axis, and with any of --P,
+// --R, --K, --part-k the K = 512 shape is left out; check: one shape,
+// kMergeCheckShape where not given. --K (the library validates it) and
+// --part-k (default K) set every shape's.
+std::vector<MergeShape> merge_shapes(const Args& args, bool grid) {
+  std::vector<std::int64_t> parts(std::begin(kMergeParts), std::end(kMergeParts));
+  std::vector<std::int64_t> rows(std::begin(kMergeRows), std::end(kMergeRows));
+  if (!grid) {
+    parts = {kMergeCheckShape.P};
+    rows = {kMergeCheckShape.R};
+  }
+  const std::int64_t max_part_k = kMaxMergeKeys / tools::kMergeSliceKeysPerPartK;
+  if (args.flag("P")) parts = {int_in(args, "P", 1, 1, max_part_k)};
+  if (args.flag("R")) rows = {int_in(args, "R", 1, 1, kMaxSize)};
+  const int K = static_cast<int>(args.get_int("K", 2048));
+  // An out-of-range K is the library's to reject, not --part-k's default.
+  const std::int64_t part_k = int_in(args, "part-k", std::clamp<std::int64_t>(K, 1, max_part_k), 1, max_part_k);
+  std::vector<MergeShape> shapes;
+  for (const std::int64_t P : parts) {
+    if (P * tools::kMergeSliceKeysPerPartK * part_k > kMaxMergeKeys) {
+      throw std::invalid_argument("--P, --part-k: a row's P * " + std::to_string(tools::kMergeSliceKeysPerPartK) +
+                                  " * part_k = " + std::to_string(P * tools::kMergeSliceKeysPerPartK * part_k) +
+                                  " keys, more than " + std::to_string(kMaxMergeKeys));
+    }
+    for (const std::int64_t R : rows) shapes.push_back({P, R, part_k, K});
+  }
+  const bool axis_given = args.flag("P") || args.flag("R") || args.flag("K") || args.flag("part-k");
+  if (grid && !axis_given) shapes.push_back(kMergeSmallK);
+  return shapes;
+}
+
+struct MergeSettings {
+  std::uint64_t seed = 1;
+  SelectOptions options;  // options.k: each shape's K
+  Backend backend = Backend::kCpu;
+  int threads = 0;
+  int reps = 1;
+  bool check = true;
+};
+
+MergeSettings merge_settings(const Args& args, Backend backend) {
+  MergeSettings s;
+  s.seed = seed_of(args);
+  s.options = parse_options(args);
+  s.backend = backend;
+  s.threads = threads_of(args);
+  return s;
+}
+
+// "exact" when the result is the CPU reference's bit for bit (merge_topk
+// is sorted and ranks equal scores by index on both backends), else
+// "WRONG: ..." naming the first difference.
+std::string judge_merge(const tools::MergeProblem& prob, const MergeSettings& s, const tools::TopkOutput& out) {
+  if (!s.check) return "not verified";
+  const RunResult ref = run_operator(prob, s.options, /*want_values=*/true, Backend::kCpu, s.threads, 1);
+  if (!ref.status.ok()) return "judging: " + ref.status.to_string();
+  const std::string diff = first_difference(out, ref.out, /*same_order=*/true, "result", "reference");
+  return diff.empty() ? "exact" : "WRONG: " + diff;
+}
+
+// One merge row: generate, run (timed), verify; progress on stderr.
+MergeRow run_merge_case(const MergeShape& shape, Distribution dist, const MergeSettings& s, int index, int total) {
+  const std::string dist_name(tools::to_string(dist));
+  std::fprintf(stderr, "[%d/%d] merge %s P=%lld R=%lld part_k=%lld K=%d on %s ...\n", index, total,
+               dist_name.c_str(), static_cast<long long>(shape.P), static_cast<long long>(shape.R),
+               static_cast<long long>(shape.part_k), shape.K, backend_name(s.backend).c_str());
+  MergeRow row{dist_name, backend_name(s.backend), "", shape};
+  tools::MergeProblem prob;
+  try {
+    prob = tools::make_merge_problem({dist, shape.P, shape.R, shape.part_k, s.seed});
+  } catch (const std::bad_alloc&) {  // the row fails; the grid goes on
+    row.result = out_of_memory("the merge inputs [P, R, part_k]", row.bytes(), "a smaller --P, --R or --part-k needs less");
+    return row;
+  }
+  MergeSettings settings = s;
+  settings.options.k = shape.K;
+  const RunResult r = run_operator(prob, settings.options, /*want_values=*/true, s.backend, s.threads, s.reps);
+  if (!r.status.ok()) {
+    row.result = r.status.to_string();
+    return row;
+  }
+  row.ms = r.median_ms();
+  row.result = judge_merge(prob, settings, r.out);
+  return row;
+}
+
+constexpr const char* kMergeColumns = "{:<6} {:<14} {:<5} {:>3} {:>6} {:>7} {:>5} {:>9} {:>8} {:>6}  {}\n";
+
+void print_merge_table(const std::vector<MergeRow>& rows, const GpuCeilings* ceilings) {
+  fmt::print("\nmerge = merge_topk: per row the top K over P parts of part_k entries; ms = median; GB/s = bytes / ms, "
+             "bytes = P * R * part_k * 8\n(values and indices read) + R * K * 8 (written); %read = of the in-run HBM "
+             "read ceiling; verified bit for bit against the CPU reference\n\n");
+  fmt::print(kMergeColumns, "op", "dist", "back", "P", "R", "part_k", "K", "ms", "GB/s", "%read", "result");
+  for (const MergeRow& r : rows) {
+    const double gb_s = r.gb_s(), pct = r.pct_read(ceilings);
+    fmt::print(kMergeColumns, "merge", r.dist, r.backend, r.shape.P, r.shape.R, r.shape.part_k, r.shape.K,
+               cell(r.ms > 0, r.ms, 3), cell(gb_s > 0, gb_s, gb_s < 10 ? 3 : 0), cell(pct > 0, pct, 1), r.result);
+  }
+}
+
+nlohmann::json merge_json(const std::vector<MergeRow>& rows, const GpuCeilings& ceilings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MergeRow& r : rows) {
+    out.push_back({{"op", "merge"},        {"dist", r.dist},
+                   {"backend", r.backend}, {"P", r.shape.P},
+                   {"R", r.shape.R},       {"part_k", r.shape.part_k},
+                   {"K", r.shape.K},       {"ms", r.ms},
+                   {"bytes", r.bytes()},   {"gb_s", r.gb_s()},
+                   {"pct_read_ceiling", r.pct_read(&ceilings)}, {"result", r.result}});
+  }
+  return out;
+}
+
+// bench --op merge: the grid (or the rows --P, --R pick), each row timed
+// and verified once.
+int run_merge_bench(const Args& args, Backend backend) {
+  // Everything is checked before the ceilings are measured (seconds on a GPU).
+  const std::vector<MergeShape> shapes = merge_shapes(args, /*grid=*/true);
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  MergeSettings s = merge_settings(args, backend);
+  s.reps = timing_settings(args, backend);
+  s.check = !args.flag("no-verify");
+  require_backend(backend);
+  const GpuCeilings ceilings = ceilings_for(backend);
+  const std::vector<MergeRow> rows = rows_over(shapes, dists, s, run_merge_case);
+  const bool timed = std::any_of(rows.begin(), rows.end(), [](const MergeRow& r) { return r.ms > 0; });
+  if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, s.reps);
+  print_merge_table(rows, &ceilings);
+  if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, merge_json(rows, ceilings));
+  return std::all_of(rows.begin(), rows.end(), [](const MergeRow& r) { return passed(r.result); }) ? 0 : 1;
+}
+
+// check --op merge: one shape per distribution, verified.
+int run_merge_check(const Args& args, Backend backend) {
+  const std::vector<MergeShape> shapes = merge_shapes(args, /*grid=*/false);
+  const auto dists = parse_distributions(args.get("dist", "all"));
+  const MergeSettings s = merge_settings(args, backend);
+  require_backend(backend);
+  const std::vector<MergeRow> rows = rows_over(shapes, dists, s, run_merge_case);
+  print_merge_table(rows, nullptr);
+  return std::all_of(rows.begin(), rows.end(), [](const MergeRow& r) { return r.result == "exact"; }) ? 0 : 1;
 }
 
 }  // namespace
@@ -1009,9 +1220,10 @@ int run_decode_check(const Args& args, Backend backend) {
 
 int run_check(const Args& args) {
   const Backend backend = parse_backend(args.get("backend", "cpu"));
-  const std::string op = parse_op(args, {"indexer", "topk", "decode"});
+  const std::string op = parse_op(args, {"indexer", "topk", "decode", "merge"});
   reject_inapplicable(args, op, backend);
   if (op == "decode") return run_decode_check(args, backend);
+  if (op == "merge") return run_merge_check(args, backend);
   const SelectOptions options = parse_options(args);
   const int threads = threads_of(args);
   std::vector<tools::ProblemSpec> specs;
@@ -1061,9 +1273,10 @@ int run_default() {
 
 int run_bench(const Args& args) {
   const Backend backend = parse_backend(args.get("backend", "cpu"));
-  const std::string op = parse_op(args, {"indexer", "scores", "topk", "decode"});
+  const std::string op = parse_op(args, {"indexer", "scores", "topk", "decode", "merge"});
   reject_inapplicable(args, op, backend);
   if (op == "decode") return run_decode_bench(args, backend);
+  if (op == "merge") return run_merge_bench(args, backend);
   const int threads = threads_of(args);
   const SelectOptions options = parse_options(args);
   // Everything is checked before the ceilings are measured (seconds on a GPU).

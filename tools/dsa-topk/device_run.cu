@@ -225,6 +225,19 @@ Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& optio
   return time_operator(p, &indexer_topk_paged_workspace_size, &indexer_topk_paged, indices, values, reps, out, ms);
 }
 
+Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms) {
+  DeviceBuffer part_values, part_indices, indices, values;
+  for (Status st : {part_values.upload(prob.values), part_indices.upload(prob.indices),
+                    prepare_outputs(prob.R, options, want_values, indices, values, out)}) {
+    if (!st.ok()) return st;
+  }
+  MergeTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options);
+  p.values = part_values.as<float>();
+  p.indices = part_indices.as<std::int32_t>();
+  return time_operator(p, &merge_topk_workspace_size, &merge_topk, indices, values, reps, out, ms);
+}
+
 Status paged_scores(const tools::PagedProblem& prob, Backend backend, int threads, std::vector<float>* scores,
                     std::int64_t* stride) {
   const PagedIndexerTopkParams paged = prob.params(nullptr, nullptr, SelectOptions{}, false);

@@ -18,6 +18,8 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 // indexer_topk_paged (positions, not physical slots).
 Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
+Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                     tools::TopkOutput* out, std::vector<double>* ms);
 
 // The judge's scores of a paged problem: request by request, its keys
 // gathered from the cache in position order and scored by indexer_scores on

@@ -51,6 +51,9 @@ const OptionSpec kDecodeB{"B", "N", "--op decode: requests"};
 const OptionSpec kDecodeNextN{"next-n", "N", "--op decode: query tokens of each request (1-8)"};
 const OptionSpec kDecodeL{"L", "N", "--op decode: every request's context length"};
 const OptionSpec kDecodeBlockSize{"block-size", "16|32|64|128", "--op decode: cache block size (default 64)"};
+const OptionSpec kMergeP{"P", "N", "--op merge: parts (bench: one value instead of 2, 4, 8)"};
+const OptionSpec kMergeR{"R", "N", "--op merge: rows (bench: one value instead of 64, 4096)"};
+const OptionSpec kMergePartK{"part-k", "N", "--op merge: entries per part and row (default K)"};
 
 constexpr const char* kDistributions = "model-like, ties, dead-relu, mixed-sign, shifted,\nsmall-integer";
 
@@ -63,13 +66,15 @@ const std::vector<Command>& commands() {
         "Runs an operator on generated inputs, once per distribution and layout, and verifies each\n"
         "result exactly against the operator's own fp32 scores; prints a results table.\n"
         "--op decode runs indexer_topk_paged over a paged cache: one shape (default B 3 x next-n 2\n"
-        "x L 5000), not --T --N --layout --relative.",
+        "x L 5000), not --T --N --layout --relative.\n"
+        "--op merge runs merge_topk over P parts' top-part_k lists: one shape (default P 3 x R 40,\n"
+        "part_k = K), verified bit for bit against the CPU reference.",
         {kBackend,
-         {"op", "indexer|topk|decode", "operator (default indexer)"},
+         {"op", "indexer|topk|decode|merge", "operator (default indexer)"},
          {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
          {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
          kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
-         kDecodeL, kDecodeBlockSize},
+         kDecodeL, kDecodeBlockSize, kMergeP, kMergeR, kMergePartK},
         {}},
        dsa::cli::run_check},
       {"time operators on a shape grid; prints ms, pairs/s, TFLOP/s",
@@ -81,11 +86,17 @@ const std::vector<Command>& commands() {
         "selection time; the fused result is verified against the unfused one.\n"
         "--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the times\n"
         "at that ceiling and at the FP8 GEMM rate; --B, --next-n, --L each replace their axis of the\n"
-        "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4).",
+        "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4).\n"
+        "--op merge: merge_topk over P parts' top-part_k lists of R rows, generated as context-parallel\n"
+        "ranks make them; ms, GB/s of the parts read + the [R, K] result written, % of the in-run HBM\n"
+        "read ceiling, verified bit for bit against the CPU reference; grid P 2,4,8 x R 64,4096 at\n"
+        "K 2048, part_k = K, and P 2 x R 4096 at K 512; --P, --R each replace their axis (then, as\n"
+        "with --K or --part-k, without the K 512 row), --K and --part-k set every row's.",
         {kBackend,
-         {"op", "indexer|scores|topk|decode",
+         {"op", "indexer|scores|topk|decode|merge",
           "operator (default indexer; scores: the scoring kernel alone,\n"
-          "--backend cuda; decode: indexer_topk_paged over a paged cache)"},
+          "--backend cuda; decode: indexer_topk_paged over a paged cache;\n"
+          "merge: merge_topk over P parts' lists)"},
          {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default model-like)"},
          kLayout,
          {"grid", "small|h200|decode",
@@ -95,7 +106,7 @@ const std::vector<Command>& commands() {
          {"T", "N", "with --N: one shape instead of a grid"},
          {"N", "N", "with --T: one shape instead of a grid"},
          kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
-         kDecodeBlockSize,
+         kDecodeBlockSize, kMergeP, kMergeR, kMergePartK,
          {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
          {"json", "FILE", "also write the results as JSON"},
          {"no-verify", "", "skip the exactness check of each timed result"},
