@@ -78,7 +78,11 @@ python3 - "$RUNS" "$OUT" "$ROUNDS" "$(cat ab-base/.ab-rev 2>/dev/null || echo '?
 import json, statistics, sys
 runs_dir, out, rounds, base_rev, cmd, name, b_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
 runs = {s: [json.load(open(f"{runs_dir}/{s}-{r}.json")) for r in range(1, rounds + 1)] for s in "AB"}
-key = lambda row: (row["op"], row["dist"], row["layout"], row["T"], row["N"], row["K"], row["heads"])
+# A row's shape is the fields its op's rows have (the indexer, scores and
+# top-k: layout, T, N, K, heads; decode: B, next_n, L, block_size; merge: P,
+# R, part_k), so every op's rows pair up.
+SHAPE = ("layout", "T", "N", "B", "next_n", "L", "block_size", "P", "R", "part_k", "K", "heads")
+key = lambda row: (row["op"], row["dist"], " ".join(f"{f}={row[f]}" for f in SHAPE if f in row))
 def times(side, field):
     per_row = {}
     for run in runs[side]:
@@ -96,8 +100,8 @@ for run in runs["A"][:1] + runs["B"][:1]:
 # verdict the rounds support on their own. Session 9's A/A runs (main
 # against itself) spread 5-10 % on the scores op and 0.3 % on the indexer,
 # so ratios inside the spread are noise.
-lines += ["", "| op | dist | layout | T | N | K | H | field | A ms | B ms | B / A | spread A, B | separated |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+lines += ["", "| op | dist | shape | field | A ms | B ms | B / A | spread A, B | separated |",
+          "|---|---|---|---|---|---|---|---|---|"]
 for field in ("ms", "math_only_ms"):
     a, b = times("A", field), times("B", field)
     for k in a:
