@@ -46,18 +46,14 @@ Status check_pinned(int k, std::int64_t num_cols, TopkEngine engine, int split_c
 }
 
 // Whether some cluster size could hold a launch of num_rows rows of up to
-// num_cols keys in the cluster-resident kernel with every row at once (the
-// occupancy, read at launch, decides among them: cluster_ctas_for).
+// num_cols keys in the cluster-resident kernel with every row at once:
+// cluster_resident_size's rule on a device whose clusters of each size tile
+// its SMs (the occupancy, read at launch, decides among them:
+// cluster_ctas_for).
 bool cluster_may_hold(std::int64_t num_rows, std::int64_t num_cols, const DeviceLimits& limits) {
-  if (num_cols <= kResidentMaxLen) return false;
-  for (int size = 2; size <= kMaxSplit; size *= 2) {
-    const std::int64_t part = cluster_part_keys(num_cols, size);
-    if (num_rows * size <= limits.sm_count && part <= ClusterRows::kMaxPartKeys &&
-        part >= ClusterRows::kMinPartKeys) {
-      return true;
-    }
-  }
-  return false;
+  int tiling[kSplitSizes];
+  for (int i = 0; i < kSplitSizes; ++i) tiling[i] = limits.sm_count / (2 << i);
+  return cluster_resident_size(num_rows, num_cols, tiling) != 0;
 }
 
 // Rows are at most num_cols long (known on the host without reading
