@@ -862,6 +862,19 @@ TEST(TopkGpu, CandidateSelectEveryEnding) {
 
 // ------------------------------------------------------ resident kernel ---
 
+// The K-th largest key of row t and the counts above it and equal to it.
+struct KthKey {
+  std::uint32_t key, gt, eq;
+};
+KthKey kth_key(const ScoresProblem& prob, std::int64_t t, int K) {
+  std::vector<std::uint32_t> keys;
+  for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
+  std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
+  const std::uint32_t kth = keys[K - 1];
+  return {kth, static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; })),
+          static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth))};
+}
+
 // The resident kernel's trace against the row itself: the K-th largest key,
 // the keys above it and its ties, in at most 3 passes; rows of the largest
 // length each geometry holds (num_cols = 8192 and 16384), starting at every
@@ -879,16 +892,11 @@ TEST(TopkGpu, ResidentTraceIsTheKthKey) {
         EXPECT_EXACT(prob, o, r.out);
         expect_paths(r, prob, K, TopkPath::kResident);
         for (std::int64_t t = 0; t < prob.T; ++t) {
-          std::vector<std::uint32_t> keys;
-          for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
-          std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
-          const std::uint32_t kth = keys[K - 1];
-          const auto gt = static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; }));
-          const auto eq = static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth));
+          const KthKey want = kth_key(prob, t, K);
           const TopkRowTrace& tr = r.trace[t];
-          EXPECT_EQ(tr.kth_key, kth) << "row " << t;
-          EXPECT_EQ(tr.count_gt, gt) << "row " << t;
-          EXPECT_EQ(tr.count_eq, eq) << "row " << t;
+          EXPECT_EQ(tr.kth_key, want.key) << "row " << t;
+          EXPECT_EQ(tr.count_gt, want.gt) << "row " << t;
+          EXPECT_EQ(tr.count_eq, want.eq) << "row " << t;
           EXPECT_GE(tr.threshold_passes, 1u) << "row " << t;
           EXPECT_LE(tr.threshold_passes, resident_max_passes(N)) << "row " << t;
         }
@@ -1031,18 +1039,6 @@ TEST_P(TopkGpuDeterministic, BitIdenticalAndRowIndependent) {
 
 // ---------------------------------------------------- cluster-resident -----
 
-// The K-th largest key of row t and the counts above it and equal to it.
-struct KthKey {
-  std::uint32_t key, gt, eq;
-};
-KthKey kth_key(const ScoresProblem& prob, std::int64_t t, int K) {
-  std::vector<std::uint32_t> keys;
-  for (std::int32_t s = prob.ks[t]; s < prob.ke[t]; ++s) keys.push_back(score_key(prob.scores[t * prob.stride + s]));
-  std::nth_element(keys.begin(), keys.begin() + (K - 1), keys.end(), std::greater<>());
-  const std::uint32_t kth = keys[K - 1];
-  return {kth, static_cast<std::uint32_t>(std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > kth; })),
-          static_cast<std::uint32_t>(std::count(keys.begin(), keys.end(), kth))};
-}
 
 // The cluster-resident kernel at `ctas` CTAs a row: exact, and its trace
 // says the row's K-th key (a cut) or a bin bottom at or below it that
