@@ -44,7 +44,7 @@ struct SelectConfig {
     } emit;
     std::uint32_t keys[kSmemCandidates];
     std::int32_t pos[kSmemCandidates];
-    selection::device::RadixShared radix;
+    selection::device::RadixShared<std::uint32_t> radix;
     selection::device::WindowSelectShared<kWarps> window;
     std::uint32_t emitted;
     selection::device::BlockKeyRange<Threads> key_range;  // of the candidate keys

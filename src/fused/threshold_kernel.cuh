@@ -77,7 +77,7 @@ struct ThresholdArgs {
 // len <= K. Any tau is exact: the select stage's certificate decides.
 __global__ void __launch_bounds__(kThresholdThreads) threshold_kernel(const ThresholdArgs a) {
   extern __shared__ std::uint32_t sample_keys[];
-  __shared__ selection::device::RadixShared radix;
+  __shared__ selection::device::RadixShared<std::uint32_t> radix;
   __shared__ selection::device::BlockKeyRange<kThresholdThreads> key_range;  // of the samples
   const std::int64_t t = blockIdx.x;
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);

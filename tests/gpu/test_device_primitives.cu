@@ -173,7 +173,7 @@ __global__ void window_select(const std::uint32_t* keys, int n, bool smallest_in
     std::uint32_t histogram[sd::kWindowBins];
   } emit;
   __shared__ std::uint32_t item_keys[kWindowMaxItems];
-  __shared__ sd::RadixShared radix;
+  __shared__ sd::RadixShared<std::uint32_t> radix;
   __shared__ sd::WindowSelectShared<kThreads / 32> window;
   __shared__ std::uint32_t emitted;
   __shared__ sd::BlockKeyRange<kThreads> range;

@@ -46,7 +46,8 @@ template <int K>
 class Emitter {
  public:
   // out: K order-key slots; emitted: the slot counter (0 at entry).
-  __device__ Emitter(std::uint64_t* out, std::uint32_t* emitted, RadixShared& radix, bool smallest_index_ties)
+  __device__ Emitter(std::uint64_t* out, std::uint32_t* emitted, RadixShared<std::uint32_t>& radix,
+                     bool smallest_index_ties)
       : out_(out), emitted_(emitted), radix_(radix), smallest_index_ties_(smallest_index_ties) {}
 
   // Appends every present item with pred(key, pos) to out. Slots past K are
@@ -148,7 +149,7 @@ class Emitter {
     const auto keys = [&](auto&& fn) {
       items([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
     };
-    const RadixResult kth = block_radix_select<true>(keys, k, radix_, lo, hi);
+    const RadixResult<std::uint32_t> kth = block_radix_select<true>(keys, k, radix_, lo, hi);
     // The top k are the keys >= the bin's bound, no tie to cut; the k-th
     // largest is the least of them (for the caller's trace;
     // block_radix_select<true> left radix.least ~0).
@@ -272,7 +273,7 @@ class Emitter {
 
   std::uint64_t* out_;
   std::uint32_t* emitted_;
-  RadixShared& radix_;
+  RadixShared<std::uint32_t>& radix_;
   bool smallest_index_ties_;
 };
 

@@ -1,16 +1,18 @@
-// Block-wide exact radix select on uint32 keys, the device form of
-// selection/model.cpp's radix_select_set: one histogram sweep per 8-bit digit,
-// most significant first. Shared by the standalone top-k (candidate
-// select, tie cut, repairs) and, later, the fused kernel.
+// Block-wide exact radix select on unsigned keys (32-bit score keys, or the
+// decode merge's 64-bit (score key, inverted index) pairs), the device form
+// of selection/model.cpp's radix_select_set: one histogram sweep per 8-bit
+// digit, most significant first. Shared by the standalone top-k (candidate
+// select, tie cut, repairs), the fused threshold and the decode merge.
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "common/warp.h"
 
 namespace dsa::selection::device {
 
-inline constexpr int kKeyBits = 32;
 inline constexpr int kRadixBits = 8;
 inline constexpr int kRadixBins = 1 << kRadixBits;
 inline constexpr std::uint32_t kDigitMask = kRadixBins - 1;
@@ -18,8 +20,16 @@ using ::dsa::kFullWarp;
 using ::dsa::kWarpSize;
 inline constexpr int kBinsPerLane = kRadixBins / kWarpSize;
 
+// The key types the radix select takes: whole digits, and a count of
+// leading zeros the device has an instruction for.
+template <class Key>
+concept RadixKey = std::is_same_v<Key, std::uint32_t> || std::is_same_v<Key, std::uint64_t>;
+template <RadixKey Key>
+inline constexpr int kKeyBits = std::numeric_limits<Key>::digits;
+
+template <RadixKey Key>
 struct RadixResult {
-  std::uint32_t kth_key;     // the k-th largest key of the set
+  Key kth_key;               // the k-th largest key of the set
   std::uint32_t take_equal;  // of the keys == kth_key, how many belong to the top k
   // Only from block_radix_select<true>: the sweep stopped at a digit bin that
   // the top k take whole. Then kth_key is the bin's least possible key (the
@@ -29,16 +39,17 @@ struct RadixResult {
 };
 
 // Shared memory of one block_radix_select call (reusable by the next call).
+template <RadixKey Key>
 struct RadixShared {
   std::uint32_t histogram[kRadixBins];
-  std::uint32_t prefix;  // digits of the k-th key fixed so far (broadcast)
+  Key prefix;            // digits of the k-th key fixed so far (broadcast)
   std::uint32_t rank;    // its rank among the keys sharing `prefix` (broadcast)
   std::uint32_t whole;   // 1: the top k take the chosen bin whole (broadcast)
   // The least key emitted (Emitter, after a whole-bin stop): written while
   // other threads may still read the broadcasts, so it keeps its own 16
   // bytes (racecheck reported stores to it against reads of the fields
   // beside it once a shared plan moved it off a 16-byte boundary).
-  alignas(16) std::uint32_t least;
+  alignas(16) Key least;
 };
 
 __device__ __forceinline__ unsigned lane_id() { return threadIdx.x % kWarpSize; }
@@ -96,8 +107,8 @@ __device__ __forceinline__ std::uint32_t warp_claim(std::uint32_t* counter, std:
 // Warp 0 only: the digit bin (walking down from 255) where the rank-th
 // largest key of the histogram lies; writes prefix | bin << shift and the
 // rank inside that bin to `sh`. Lane l owns bins 255-8l down to 248-8l.
-__device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32_t prefix,
-                                         std::uint32_t rank) {
+template <RadixKey Key>
+__device__ __forceinline__ void pick_bin(RadixShared<Key>& sh, int shift, Key prefix, std::uint32_t rank) {
   const unsigned lane = lane_id();
   const int top = kRadixBins - 1 - kBinsPerLane * static_cast<int>(lane);
   std::uint32_t counts[kBinsPerLane];
@@ -126,7 +137,7 @@ __device__ __forceinline__ void pick_bin(RadixShared& sh, int shift, std::uint32
         }
       }
     }
-    sh.prefix = prefix | (static_cast<std::uint32_t>(bin) << shift);
+    sh.prefix = prefix | (static_cast<Key>(bin) << shift);
     sh.rank = r;
     sh.whole = whole ? 1u : 0u;
   }
@@ -306,6 +317,16 @@ __device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* war
   return broadcast;
 }
 
+// The index of the highest set bit of x != 0.
+template <RadixKey Key>
+__device__ __forceinline__ int highest_bit(Key x) {
+  if constexpr (kKeyBits<Key> == 64) {
+    return 63 - __clzll(static_cast<long long>(x));
+  } else {
+    return 31 - __clz(static_cast<int>(x));
+  }
+}
+
 // The k-th largest key (1 <= k <= set size) of the set that
 // `for_each_key(fn)` visits: every thread of the block calls it, and it makes
 // every thread call fn(key, present) the same number of times (converged
@@ -320,23 +341,29 @@ __device__ BinPick pick_striped_bin(std::uint32_t* histogram, std::uint32_t* war
 // overwritten.
 // kStopAtWholeBin: stop as soon as the chosen bin is taken whole (usually a
 // digit or two early: RadixResult::whole_bin); sh.least is then ~0.
-template <bool kStopAtWholeBin = false, class ForEachKey>
-__device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::uint32_t k, RadixShared& sh,
-                                          std::uint32_t lo = 0, std::uint32_t hi = 0xFFFFFFFFu) {
-  const std::uint32_t diff = lo ^ hi;
+template <bool kStopAtWholeBin = false, RadixKey Key, class ForEachKey>
+__device__ RadixResult<Key> block_radix_select(const ForEachKey& for_each_key, std::uint32_t k, RadixShared<Key>& sh,
+                                               std::type_identity_t<Key> lo = 0,
+                                               std::type_identity_t<Key> hi = std::numeric_limits<Key>::max()) {
+  constexpr int kBits = kKeyBits<Key>;
+  const Key diff = lo ^ hi;
   if (diff == 0) return {hi, k};  // every key equals hi
-  const int start = (31 - __clz(static_cast<int>(diff))) / kRadixBits * kRadixBits;
-  std::uint32_t fixed = start + kRadixBits >= kKeyBits ? 0u : ~((1u << (start + kRadixBits)) - 1u);
-  std::uint32_t prefix = hi & fixed, rank = k;
-  if (kStopAtWholeBin && threadIdx.x == 0) sh.least = 0xFFFFFFFFu;  // before the first pass's barrier
+  const int start = highest_bit(diff) / kRadixBits * kRadixBits;
+  Key fixed = start + kRadixBits >= kBits ? Key{0} : ~((Key{1} << (start + kRadixBits)) - Key{1});
+  Key prefix = hi & fixed;
+  std::uint32_t rank = k;
+  // Written before the first pass's barrier, which publishes it.
+  if (kStopAtWholeBin && threadIdx.x == 0) sh.least = std::numeric_limits<Key>::max();
   for (int shift = start; shift >= 0; shift -= kRadixBits) {
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.histogram[b] = 0;
     __syncthreads();
-    for_each_key([&](std::uint32_t key, bool present) {
+    for_each_key([&](Key key, bool present) {
       // A plain atomic (+1 compiles to ATOMS.POPC.INC): faster than merging
       // a warp's same-bin lanes with __match_any_sync first, on every
       // distribution measured (docs/perf-log.md, T15, T18, T76).
-      if (present && (key & fixed) == prefix) atomicAdd(&sh.histogram[(key >> shift) & kDigitMask], 1u);
+      if (present && (key & fixed) == prefix) {
+        atomicAdd(&sh.histogram[static_cast<std::uint32_t>(key >> shift) & kDigitMask], 1u);
+      }
     });
     __syncthreads();
     if (threadIdx.x < kWarpSize) pick_bin(sh, shift, prefix, rank);
@@ -344,7 +371,7 @@ __device__ RadixResult block_radix_select(const ForEachKey& for_each_key, std::u
     prefix = sh.prefix;
     rank = sh.rank;
     if (kStopAtWholeBin && sh.whole != 0 && shift > 0) return {prefix, rank, true};  // the same for every thread
-    fixed |= kDigitMask << shift;
+    fixed |= Key{kDigitMask} << shift;
   }
   return {prefix, rank};
 }

@@ -98,7 +98,7 @@ struct Config {
       std::uint32_t select_histogram[device::kWindowBins];
     };
     device::WindowSelectShared<kWarps> window;
-    device::RadixShared radix;
+    device::RadixShared<std::uint32_t> radix;
     BinPick pick;                                     // broadcast of the threshold bin
     device::BlockKeyRange<G::kThreads> key_range;  // of the samples (step 1), then the stored candidates (step 2)
     std::uint32_t gt_slots;   // slots handed out to key > tau (may pass capacity)
