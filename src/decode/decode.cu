@@ -11,8 +11,10 @@
 // synchronisation, so the whole call can be captured in a CUDA graph.
 //
 // merge_topk: one CTA per row finds the K-th largest (score key, index) pair
-// over the parts' non-empty entries with eight 8-bit radix passes, takes
-// every entry above it, and sorts the K it took.
+// over the parts' non-empty entries with the block radix select on 64-bit
+// keys (selection/device/radix.cuh: 8-bit digits from the top, stopping once
+// the top K take a digit's bin whole), takes every entry at or above the
+// cut, and sorts the K it took.
 #include "decode/decode.h"
 
 #include <cuda_runtime.h>
@@ -27,6 +29,7 @@
 #include "common/workspace.h"
 #include "decode/plan.h"
 #include "scoring/launch.cuh"
+#include "selection/device/radix.cuh"
 #include "selection/topk/topk.h"
 
 namespace dsa::decode {
@@ -143,9 +146,8 @@ template <int K>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a) {
   __shared__ std::uint64_t keys[K];
   __shared__ std::uint32_t entry[K];  // e: part e / part_k, slot e % part_k (< INT32_MAX, validated)
-  __shared__ std::uint32_t hist[256];
-  __shared__ std::uint64_t kth;
-  __shared__ std::uint32_t left, taken_gt, taken_eq, valid;
+  __shared__ selection::device::RadixShared<std::uint64_t> radix;
+  __shared__ std::uint32_t taken_gt, taken_eq, valid;
   const std::int64_t r = blockIdx.x;
   const std::int64_t n = a.parts * a.part_k;
   const auto offset = [&](std::int64_t e) {
@@ -163,46 +165,40 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a)
   for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) mine += merge_key(a, offset(e)) != 0;
   atomicAdd(&valid, mine);
   __syncthreads();
-  if (valid > K) {
-    // The K-th largest key, 8 bits a pass from the top.
-    std::uint64_t prefix = 0;
-    if (threadIdx.x == 0) left = K;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      const std::uint64_t above = shift == 56 ? 0 : ~std::uint64_t{0} << (shift + 8);
-      for (int i = threadIdx.x; i < 256; i += kMergeThreads) hist[i] = 0;
-      __syncthreads();
-      for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) {
-        const std::uint64_t key = merge_key(a, offset(e));
-        if (key != 0 && (key & above) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        std::uint32_t before = 0;
-        int digit = 255;
-        for (; digit > 0 && before + hist[digit] < left; --digit) before += hist[digit];
-        left -= before;
-        kth = prefix | (static_cast<std::uint64_t>(digit) << shift);
-      }
-      __syncthreads();
-      prefix = kth;
+  // The row's non-empty entries as a key set (block_radix_select's visitor).
+  const auto entries = [&](auto&& fn) {
+    for (std::int64_t base = 0; base < n; base += kMergeThreads) {
+      const std::int64_t e = base + threadIdx.x;
+      const std::uint64_t key = e < n ? merge_key(a, offset(e)) : 0;
+      fn(key, key != 0);
     }
-  } else if (threadIdx.x == 0) {
-    kth = 1;  // every non-empty entry
-    left = 0;
+  };
+  // The top K are the keys >= least, then `ties` of the keys == tied (at
+  // most K non-empty entries: all of them).
+  std::uint64_t least = 1, tied = 0;
+  std::uint32_t ties = 0;
+  if (valid > K) {  // the same for every thread
+    const selection::device::RadixResult<std::uint64_t> cut =
+        selection::device::block_radix_select<true>(entries, K, radix);
+    // Not whole_bin: kth_key is the K-th key itself, whose score key is at
+    // most score_key(+inf) < 2^32 - 1, so kth_key + 1 does not wrap.
+    least = cut.whole_bin ? cut.kth_key : cut.kth_key + 1;
+    tied = cut.kth_key;
+    ties = cut.whole_bin ? 0u : cut.take_equal;
   }
-  __syncthreads();
-  // Keys above kth (K - left of them), then up to `left` keys equal to it
-  // (one, unless a row repeats an index).
-  const std::uint32_t above = valid > K ? K - left : valid;
+  // The keys >= least (K - ties of them, or every non-empty entry), then
+  // `ties` of the keys equal to the K-th (one, unless a row repeats an
+  // index). Empty entries (key 0) are never taken, whatever the cut.
+  const std::uint32_t above = K - ties;
   for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) {
     const std::int64_t at = offset(e);
     const std::uint64_t key = merge_key(a, at);
     std::uint32_t slot = K;
-    if (key > kth || (valid <= K && key != 0)) {
+    if (key != 0 && key >= least) {
       slot = atomicAdd(&taken_gt, 1u);
-    } else if (key == kth && key != 0) {
+    } else if (ties != 0 && key == tied) {  // tied != 0: a key of the set
       const std::uint32_t tie = atomicAdd(&taken_eq, 1u);
-      if (tie < left) slot = above + tie;
+      if (tie < ties) slot = above + tie;
     }
     if (slot < K) {
       keys[slot] = key;
