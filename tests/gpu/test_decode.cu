@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -391,6 +392,17 @@ Result run_merge(const MergeInput& m, const SelectOptions& options, Backend back
   return {out_indices.download(), out_values.download()};
 }
 
+// merge_topk on CUDA and on the CPU backend: identical indices, and values
+// identical bit for bit (both return the values as given).
+void expect_merge_matches_cpu(const MergeInput& m, const SelectOptions& o) {
+  const Result gpu = run_merge(m, o, Backend::kCuda);
+  const Result cpu = run_merge(m, o, Backend::kCpu);
+  ASSERT_EQ(gpu.indices, cpu.indices);
+  for (std::size_t i = 0; i < cpu.values.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&gpu.values[i], &cpu.values[i], sizeof(float)), 0) << "slot " << i;
+  }
+}
+
 TEST(DecodeGpu, MergeMatchesCpu) {
   std::uint64_t seed = 1;
   for (std::int64_t P : {1, 2, 3, 8}) {
@@ -398,15 +410,70 @@ TEST(DecodeGpu, MergeMatchesCpu) {
       for (int K : {512, 2048}) {
         for (TieBreak ties : {TieBreak::kAny, TieBreak::kSmallestIndex}) {
           SCOPED_TRACE("P=" + std::to_string(P) + " part_k=" + std::to_string(part_k) + " K=" + std::to_string(K));
-          const MergeInput m = merge_input(P, 5, part_k, seed++);
-          const SelectOptions o = make_options(K, ties, IndexBase::kAbsolute, true);
-          const Result gpu = run_merge(m, o, Backend::kCuda);
-          const Result cpu = run_merge(m, o, Backend::kCpu);
-          ASSERT_EQ(gpu.indices, cpu.indices);
-          for (std::size_t i = 0; i < cpu.values.size(); ++i) {
-            ASSERT_EQ(std::memcmp(&gpu.values[i], &cpu.values[i], sizeof(float)), 0) << "slot " << i;
-          }
+          expect_merge_matches_cpu(merge_input(P, 5, part_k, seed++), make_options(K, ties, IndexBase::kAbsolute, true));
         }
+      }
+    }
+  }
+}
+
+// Rows built for the cut of merge_topk's select, one kind a row:
+//  0  every entry the same score (the K-th key's ties are the whole row);
+//  1  K / 3 entries above a score that more than the remaining 2K / 3 share
+//     (the cut falls inside the ties, which span the parts), the rest below;
+//  2  NaN and -inf only (NaN ranks as -inf: one tied score, two values);
+//  3  every slot empty;
+//  4  exactly K non-empty entries (when the row has that many), empty slots
+//     between them;
+//  5  K + 1 non-empty entries (the least of them is cut);
+//  6  +0 and -0 only (equal scores, two values);
+//  7  -FLT_MAX, the float below it and -inf (the keys' lowest digits);
+//  8  distinct spread scores (the select stops at a digit bin taken whole).
+// Indices are distinct in a row, some near INT32_MAX (the inverted index's
+// high digits).
+constexpr std::int64_t kMergeCutRows = 9;
+MergeInput merge_cut_input(std::int64_t P, std::int64_t part_k, int K, std::uint64_t seed) {
+  const std::int64_t R = kMergeCutRows, n = P * part_k;
+  MergeInput m{P, R, part_k, {}, {}};
+  m.values.resize(static_cast<std::size_t>(P * R * part_k));
+  m.indices.resize(m.values.size());
+  std::mt19937_64 rng(seed);
+  for (std::int64_t r = 0; r < R; ++r) {
+    // Entry e of the row (part e / part_k, slot e % part_k) in a random order:
+    // order[j] is the j-th entry the kinds above hand scores to.
+    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+    for (std::int64_t e = 0; e < n; ++e) order[e] = e;
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::int64_t keep = r == 4 ? K : r == 5 ? K + 1 : n;  // non-empty entries
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t e = order[j];
+      const std::size_t at = static_cast<std::size_t>(((e / part_k) * R + r) * part_k + e % part_k);
+      const auto index = static_cast<std::int32_t>(e % 2 == 0 ? e * 5 + r : 0x7FFFFFFF - e);
+      float v = 0.0f;
+      switch (r) {
+        case 0: v = 1.5f; break;
+        case 1: v = j < K / 3 ? 9.0f : j < K / 3 + K ? 2.0f : -1.0f; break;
+        case 2: v = j % 2 == 0 ? std::nanf("") : -INFINITY; break;
+        case 6: v = j % 2 == 0 ? 0.0f : -0.0f; break;
+        case 7: v = j % 3 == 0 ? -FLT_MAX : j % 3 == 1 ? std::nextafter(-FLT_MAX, 0.0f) : -INFINITY; break;
+        default: v = std::ldexp(static_cast<float>(rng() % 1000000), -12); break;
+      }
+      m.values[at] = v;
+      m.indices[at] = r == 3 || j >= keep ? -1 : index;
+    }
+  }
+  return m;
+}
+
+TEST(DecodeGpu, MergeCutsMatchCpu) {
+  std::uint64_t seed = 100;
+  for (int K : {512, 1024, 2048}) {
+    for (std::int64_t P = 1; P <= 8; ++P) {
+      for (std::int64_t part_k : {std::int64_t{1}, std::int64_t{K} / P, std::int64_t{K} - 1, std::int64_t{K},
+                                  std::int64_t{K} + 1}) {
+        SCOPED_TRACE("P=" + std::to_string(P) + " part_k=" + std::to_string(part_k) + " K=" + std::to_string(K));
+        const MergeInput m = merge_cut_input(P, part_k, K, seed++);
+        expect_merge_matches_cpu(m, make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true));
       }
     }
   }
