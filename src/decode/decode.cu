@@ -6,7 +6,8 @@
 // scores, and the standalone top-k selects every row from it. Rows are the
 // requests' rows padded to whole query blocks (decode/plan.h), so a prepare
 // kernel writes each launch row's range [0, len) and, where padding rows
-// exist, its head weights; a map kernel writes the real rows' results
+// exist, its head weights (one-token requests without padding need none:
+// the kernels read the lengths as the rows' ends); a map kernel writes the real rows' results
 // (positions or physical slots). Lengths are read on the device: no host
 // synchronisation, so the whole call can be captured in a CUDA graph.
 //
@@ -38,6 +39,10 @@ namespace {
 Status cuda_error(cudaError_t err, const char* op, const char* what) {
   return cuda_status(err, std::string(op) + ": " + what);
 }
+
+// The range starts of plans that read lengths as ranges (PagedPlan::
+// ranges_from_lengths): every row starts at position 0.
+__device__ const std::int32_t kZeroStarts[kZeroStartRows] = {};
 
 struct PrepareArgs {
   const std::int32_t* context_lens;
@@ -258,13 +263,23 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
   const PagedPlan plan = make_plan(p);
   const PagedWorkspace& w = plan.workspace;
   if (Status st = check_workspace(kOp, workspace, workspace_bytes, w.total); !st.ok()) return st;
-  auto* ks = workspace_piece<std::int32_t>(workspace, w.ks);
-  auto* ke = workspace_piece<std::int32_t>(workspace, w.ke);
   auto* padded_w = plan.padded ? workspace_piece<float>(workspace, w.w) : nullptr;
   auto* scores = workspace_piece<float>(workspace, w.scores);
   const int K = p.options.k;
   const auto rows_per_request = static_cast<std::int32_t>(plan.rows_per_request);
-  {
+  const std::int32_t* ks = nullptr;
+  const std::int32_t* ke = nullptr;
+  if (plan.ranges_from_lengths) {
+    void* zeros = nullptr;
+    const cudaError_t err = cudaGetSymbolAddress(&zeros, kZeroStarts);
+    if (err != cudaSuccess) return cuda_error(err, kOp, "the zero range starts' address");
+    ks = static_cast<const std::int32_t*>(zeros);
+    ke = p.context_lens;
+  } else {
+    auto* starts = workspace_piece<std::int32_t>(workspace, w.ks);
+    auto* ends = workspace_piece<std::int32_t>(workspace, w.ke);
+    ks = starts;
+    ke = ends;
     const PrepareArgs args{p.context_lens,
                            p.w,
                            p.batch,
@@ -273,8 +288,8 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                            rows_per_request,
                            p.lens_per_token,
                            plan.max_row_length,
-                           ks,
-                           ke,
+                           starts,
+                           ends,
                            padded_w};
     const LaunchGrid& g = plan.prepare;
     paged_prepare_kernel<<<g.blocks, g.threads, g.smem_bytes, stream>>>(args);

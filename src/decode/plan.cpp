@@ -32,8 +32,9 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   const auto K = static_cast<std::size_t>(p.options.k);
   WorkspaceLayout pieces;
   PagedWorkspace w;
-  w.ks = pieces.take(rows * sizeof(std::int32_t));
-  w.ke = pieces.take(rows * sizeof(std::int32_t));
+  const std::size_t range_rows = plan.ranges_from_lengths ? 0 : rows;
+  w.ks = pieces.take(range_rows * sizeof(std::int32_t));
+  w.ke = pieces.take(range_rows * sizeof(std::int32_t));
   w.w = pieces.take(plan.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
   w.scores = pieces.take(batch_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
   w.indices = pieces.take(plan.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
@@ -59,6 +60,7 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p) {
   plan.score_stride = scoring::score_row_stride(p.max_context());
   plan.padded = plan.rows_per_request != p.next_n;
   plan.mapped = plan.padded || p.physical_slots;
+  plan.ranges_from_lengths = p.next_n == 1 && !plan.padded && p.num_blocks > 0 && p.batch <= kZeroStartRows;
   const auto request_bytes = static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
   plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
                                                     std::max<std::int64_t>(p.batch, 1))};

@@ -17,7 +17,7 @@ namespace dsa::decode {
 // each 256-byte aligned; a piece the call does not use takes no bytes.
 // Launch rows: B x rows_per_request; batch rows: a batch's launch rows.
 struct PagedWorkspace {
-  std::size_t ks = 0;       // [launch rows] int32: each launch row's range [0, len)
+  std::size_t ks = 0;       // [launch rows] int32: each launch row's range [0, len) (not ranges_from_lengths)
   std::size_t ke = 0;       // [launch rows] int32
   std::size_t w = 0;        // [launch rows, H] float: the weights, zero on padding rows (padded only)
   std::size_t scores = 0;   // [batch rows, score_stride] float: the bounded scores buffer
@@ -25,6 +25,10 @@ struct PagedWorkspace {
   std::size_t values = 0;   // [batch rows, K] float (mapped, with values asked for)
   std::size_t total = 0;    // bytes in all
 };
+
+// Requests a launch can give the same zero range starts (a constant device
+// array of this many zeros, decode.cu) when the plan reads lengths as ranges.
+inline constexpr std::int64_t kZeroStartRows = 4096;
 
 struct PagedPlan {
   // A query block of the scoring kernel holds block_columns (query, head)
@@ -41,6 +45,12 @@ struct PagedPlan {
   std::int64_t score_stride = 0;   // floats between the scores buffer's rows
   bool padded = false;             // launch rows differ from the output's rows
   bool mapped = false;             // the top-k writes the workspace, the map kernel the output
+  // One token a request, unpadded, a cache with blocks: a row's range is
+  // [0, context_lens[b]) as it stands (the kernels clamp it to
+  // max_context() as the prepare kernel would), so the kernels read
+  // context_lens as ke and kZeroStartRows zeros as ks, and the call
+  // launches no prepare kernel and takes no ks / ke workspace.
+  bool ranges_from_lengths = false;
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
   std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K

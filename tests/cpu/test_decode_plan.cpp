@@ -98,9 +98,10 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                 const auto batch_rows = static_cast<std::size_t>(plan.batches.per_batch * plan.rows_per_request);
                 const auto stride = static_cast<std::size_t>(plan.score_stride);
                 const std::size_t k = K;
+                const std::size_t range_rows = plan.ranges_from_lengths ? 0 : rows;
                 const std::size_t pieces[] = {
-                    rows * 4,                                                 // ks
-                    rows * 4,                                                 // ke
+                    range_rows * 4,                                           // ks
+                    range_rows * 4,                                           // ke
                     plan.padded ? rows * heads * 4 : 0,                       // padded weights
                     batch_rows * stride * 4,                                  // scores
                     plan.mapped ? batch_rows * k * 4 : 0,                     // indices
@@ -173,6 +174,32 @@ TEST(DecodePlan, LaunchGrids) {
 }
 
 // A call with no rows plans no launch and no workspace.
+// One token a request, unpadded (H = 64), a cache with blocks: the kernels
+// read the lengths as the rows' ends, no prepare kernel runs and no range
+// takes workspace; every other shape prepares its ranges.
+TEST(DecodePlan, LengthsAsRangesForOneTokenRequests) {
+  EXPECT_TRUE(make_plan(shape(1, 1, 64, 16)).ranges_from_lengths);
+  EXPECT_TRUE(make_plan(shape(kZeroStartRows, 1, 64, 16)).ranges_from_lengths);
+  PagedIndexerTopkParams slots = shape(7, 1, 64, 16);
+  slots.physical_slots = true;  // mapped, not padded
+  EXPECT_TRUE(make_plan(slots).ranges_from_lengths);
+  PagedIndexerTopkParams per_token = shape(7, 1, 64, 16);
+  per_token.lens_per_token = true;  // [B, 1]: the same layout as [B]
+  EXPECT_TRUE(make_plan(per_token).ranges_from_lengths);
+  EXPECT_FALSE(make_plan(shape(kZeroStartRows + 1, 1, 64, 16)).ranges_from_lengths);  // more rows than zeros
+  EXPECT_FALSE(make_plan(shape(1, 1, 32, 16)).ranges_from_lengths);  // H = 32 pads a token to 2 rows
+  for (int next_n = 2; next_n <= kMaxNextN; ++next_n) {
+    EXPECT_FALSE(make_plan(shape(1, next_n, 64, 16)).ranges_from_lengths) << next_n;  // ends differ by token
+  }
+  PagedIndexerTopkParams no_blocks = shape(2, 1, 64, 16);
+  no_blocks.num_blocks = 0;  // rows clamp to no keys, which only the prepare kernel knows
+  EXPECT_FALSE(make_plan(no_blocks).ranges_from_lengths);
+  const PagedWorkspace& w = make_plan(shape(5, 1, 64, 16)).workspace;
+  EXPECT_EQ(w.ks, 0u);
+  EXPECT_EQ(w.ke, 0u);
+  EXPECT_EQ(w.scores, 0u);  // the scores buffer is the first piece
+}
+
 TEST(DecodePlan, NoRowsPlanNothing) {
   const PagedPlan plan = make_plan(shape(0, 4, 64, 16));
   EXPECT_EQ(plan.workspace.total, 0u);
