@@ -15,7 +15,8 @@
 // over the parts' non-empty entries with the block radix select on 64-bit
 // keys (selection/device/radix.cuh: 8-bit digits from the top, stopping once
 // the top K take a digit's bin whole), takes every entry at or above the
-// cut, and sorts the K it took.
+// cut, and sorts the K it took. A row of up to 20480 entries holds them in
+// shared memory, read from global memory once.
 #include "decode/decode.h"
 
 #include <cuda_runtime.h>
@@ -25,8 +26,11 @@
 #include <string>
 
 #include "common/cuda_status.h"
+#include "common/device_limits.h"
 #include "common/keys.h"
+#include "common/launch_cache.h"
 #include "common/paged.h"
+#include "common/warp.h"
 #include "common/workspace.h"
 #include "decode/plan.h"
 #include "scoring/launch.cuh"
@@ -129,6 +133,12 @@ __global__ void paged_map_kernel(const MapArgs a) {
 // ----------------------------------------------------------------- merge ---
 
 constexpr int kMergeThreads = 512;
+// A row's P x part_k entries, as 64-bit keys, stay in shared memory when
+// they fit this many bytes: the radix passes, the count and the take then
+// read shared memory, and the parts are read from global memory once.
+// Larger rows read them from global memory on every pass.
+constexpr int kMergeCacheBytes = 160 * 1024;
+constexpr std::int64_t kMergeCacheEntries = kMergeCacheBytes / sizeof(std::uint64_t);
 
 struct MergeArgs {
   const float* values;
@@ -140,25 +150,35 @@ struct MergeArgs {
 
 // (score key, inverted index): larger is better, and equal scores rank the
 // smaller index first. 0 marks an empty entry (a score key is never 0).
-__device__ __forceinline__ std::uint64_t merge_key(const MergeArgs& a, std::int64_t at) {
-  const std::int32_t index = __ldg(a.indices + at);
+__device__ __forceinline__ std::uint64_t merge_key(float value, std::int32_t index) {
   if (index < 0) return 0;
-  return (static_cast<std::uint64_t>(score_key(__ldg(a.values + at))) << 32) |
-         (0xFFFFFFFFu - static_cast<std::uint32_t>(index));
+  return (static_cast<std::uint64_t>(score_key(value)) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(index));
 }
 
-template <int K>
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a) {
+// Entry e of row r is slot e % part_k of part e / part_k. Entries number
+// fewer than 2^31 (validated), so the division is 32-bit.
+__device__ __forceinline__ std::int64_t merge_offset(const MergeArgs& a, std::int64_t r, std::uint32_t e) {
+  const auto part_k = static_cast<std::uint32_t>(a.part_k);
+  const std::uint32_t p = e / part_k;
+  return (static_cast<std::int64_t>(p) * a.rows + r) * a.part_k + (e - p * part_k);
+}
+
+// kCached: the row's keys in dynamic shared memory (n <= kMergeCacheEntries).
+// Four CTAs an SM (32 registers a thread): rows of few entries are paced
+// by the CTAs' barriers, which more CTAs an SM overlap; at 49 registers
+// (two CTAs) P 2 x part_k 512 x 4096 rows measured 1.35x slower
+// (docs/perf-log.md, D10).
+constexpr int kMergeCtasPerSm = 4;
+
+template <int K, bool kCached>
+__global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm) merge_kernel(const MergeArgs a) {
+  extern __shared__ std::uint64_t cache[];  // [n] when kCached
   __shared__ std::uint64_t keys[K];
-  __shared__ std::uint32_t entry[K];  // e: part e / part_k, slot e % part_k (< INT32_MAX, validated)
+  __shared__ std::uint32_t entry[K];  // the taken keys' entries
   __shared__ selection::device::RadixShared<std::uint64_t> radix;
   __shared__ std::uint32_t taken_gt, taken_eq, valid;
   const std::int64_t r = blockIdx.x;
-  const std::int64_t n = a.parts * a.part_k;
-  const auto offset = [&](std::int64_t e) {
-    const std::int64_t p = e / a.part_k;
-    return (p * a.rows + r) * a.part_k + (e - p * a.part_k);
-  };
+  const auto n = static_cast<std::uint32_t>(a.parts * a.part_k);
   for (int i = threadIdx.x; i < K; i += kMergeThreads) keys[i] = 0;
   if (threadIdx.x == 0) {
     valid = 0;
@@ -166,15 +186,51 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a)
     taken_eq = 0;
   }
   __syncthreads();
+  // The parts' entries, read once; kUnroll loads of each array a thread in
+  // flight before their keys are formed.
   std::uint32_t mine = 0;
-  for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) mine += merge_key(a, offset(e)) != 0;
-  atomicAdd(&valid, mine);
+  constexpr int kUnroll = 4;
+  const auto part_k = static_cast<std::uint32_t>(a.part_k);
+  for (std::int64_t p = 0; p < a.parts; ++p) {
+    const std::int64_t row0 = (p * a.rows + r) * a.part_k;
+    for (std::uint32_t base = 0; base < part_k; base += kUnroll * kMergeThreads) {
+      float v[kUnroll];
+      std::int32_t idx[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::uint32_t s = base + u * kMergeThreads + threadIdx.x;
+        idx[u] = -1;
+        if (s < part_k) {
+          v[u] = __ldg(a.values + row0 + s);
+          idx[u] = __ldg(a.indices + row0 + s);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::uint32_t s = base + u * kMergeThreads + threadIdx.x;
+        if (s < part_k) {
+          const std::uint64_t key = merge_key(v[u], idx[u]);
+          mine += key != 0;
+          if constexpr (kCached) cache[static_cast<std::uint32_t>(p) * part_k + s] = key;
+        }
+      }
+    }
+  }
+  mine = __reduce_add_sync(kFullWarp, mine);
+  if (selection::device::lane_id() == 0) atomicAdd(&valid, mine);
   __syncthreads();
+  const auto key_of = [&](std::uint32_t e) -> std::uint64_t {
+    if constexpr (kCached) {
+      return cache[e];
+    } else {
+      const std::int64_t at = merge_offset(a, r, e);
+      return merge_key(__ldg(a.values + at), __ldg(a.indices + at));
+    }
+  };
   // The row's non-empty entries as a key set (block_radix_select's visitor).
   const auto entries = [&](auto&& fn) {
-    for (std::int64_t base = 0; base < n; base += kMergeThreads) {
-      const std::int64_t e = base + threadIdx.x;
-      const std::uint64_t key = e < n ? merge_key(a, offset(e)) : 0;
+    for (std::uint32_t e = threadIdx.x; e < n; e += kMergeThreads) {
+      const std::uint64_t key = key_of(e);
       fn(key, key != 0);
     }
   };
@@ -195,9 +251,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a)
   // `ties` of the keys equal to the K-th (one, unless a row repeats an
   // index). Empty entries (key 0) are never taken, whatever the cut.
   const std::uint32_t above = K - ties;
-  for (std::int64_t e = threadIdx.x; e < n; e += kMergeThreads) {
-    const std::int64_t at = offset(e);
-    const std::uint64_t key = merge_key(a, at);
+  for (std::uint32_t e = threadIdx.x; e < n; e += kMergeThreads) {
+    const std::uint64_t key = key_of(e);
     std::uint32_t slot = K;
     if (key != 0 && key >= least) {
       slot = atomicAdd(&taken_gt, 1u);
@@ -207,7 +262,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a)
     }
     if (slot < K) {
       keys[slot] = key;
-      entry[slot] = static_cast<std::uint32_t>(e);
+      entry[slot] = e;
     }
   }
   __syncthreads();
@@ -233,8 +288,31 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeArgs a)
     const bool full = keys[i] != 0;
     a.out_indices[r * K + i] = full ? static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(keys[i]))
                                     : -1;
-    if (a.out_values != nullptr) a.out_values[r * K + i] = full ? __ldg(a.values + offset(entry[i])) : -__int_as_float(0x7F800000);
+    if (a.out_values != nullptr) {
+      a.out_values[r * K + i] = full ? __ldg(a.values + merge_offset(a, r, entry[i])) : -__int_as_float(0x7F800000);
+    }
   }
+}
+
+// One K's merge: rows of up to kMergeCacheEntries entries on the cached
+// kernel.
+template <int K>
+Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
+  const auto grid = static_cast<unsigned>(args.rows);
+  const std::int64_t n = args.parts * args.part_k;
+  if (n > kMergeCacheEntries) {
+    merge_kernel<K, false><<<grid, kMergeThreads, 0, stream>>>(args);
+    return Status::Ok();
+  }
+  auto kernel = merge_kernel<K, true>;
+  int device = 0;
+  DeviceLimits limits;
+  if (const Status st = LaunchCache::get().current(&device, &limits); !st.ok()) return st;
+  const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device,
+                                                           kMergeCacheBytes);
+  if (!st.ok()) return st;
+  kernel<<<grid, kMergeThreads, static_cast<std::size_t>(n) * sizeof(std::uint64_t), stream>>>(args);
+  return Status::Ok();
 }
 
 template <int kHeads, class Sink>
@@ -365,13 +443,14 @@ Status launch_merge_topk(const MergeTopkParams& p, CUstream_st* stream, void*, s
   if (p.num_rows == 0) return Status::Ok();
   const MergeArgs args{p.values, p.indices, p.num_parts, p.num_rows, std::max<std::int64_t>(p.part_k, 1),
                        p.out_indices, p.out_values};
-  const auto grid = static_cast<unsigned>(p.num_rows);
+  Status st;
   switch (p.options.k) {
-    case 512: merge_kernel<512><<<grid, kMergeThreads, 0, stream>>>(args); break;
-    case 1024: merge_kernel<1024><<<grid, kMergeThreads, 0, stream>>>(args); break;
-    case 2048: merge_kernel<2048><<<grid, kMergeThreads, 0, stream>>>(args); break;
+    case 512: st = launch_merge_kernel<512>(args, stream); break;
+    case 1024: st = launch_merge_kernel<1024>(args, stream); break;
+    case 2048: st = launch_merge_kernel<2048>(args, stream); break;
     default: return {StatusCode::kInternal, "merge_topk: K " + std::to_string(p.options.k) + " has no kernel"};
   }
+  if (!st.ok()) return st;
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, "merge_topk", "merge kernel launch");
 }

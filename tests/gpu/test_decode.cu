@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_array.h"
@@ -476,6 +477,19 @@ TEST(DecodeGpu, MergeCutsMatchCpu) {
         expect_merge_matches_cpu(m, make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true));
       }
     }
+  }
+}
+
+// Rows around the kernel's shared-memory cache of a row's entries (20480
+// 64-bit keys, decode.cu): at the limit the row is cached, one entry past
+// it the kernel reads the parts from global memory on every pass.
+TEST(DecodeGpu, MergeCutsAroundTheEntryCacheMatchCpu) {
+  std::uint64_t seed = 200;
+  for (const auto& [P, part_k] : {std::pair<std::int64_t, std::int64_t>{10, 2048}, {10, 2049}, {11, 2048}, {2, 10241}}) {
+    SCOPED_TRACE("P=" + std::to_string(P) + " part_k=" + std::to_string(part_k));
+    const MergeInput m = merge_cut_input(P, part_k, 2048, seed++);
+    expect_merge_matches_cpu(m, make_options(2048, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true));
+    expect_merge_matches_cpu(m, make_options(2048, TieBreak::kAny, IndexBase::kAbsolute, true));
   }
 }
 
