@@ -133,12 +133,6 @@ __global__ void paged_map_kernel(const MapArgs a) {
 // ----------------------------------------------------------------- merge ---
 
 constexpr int kMergeThreads = 512;
-// A row's P x part_k entries, as 64-bit keys, stay in shared memory when
-// they fit this many bytes: the radix passes, the count and the take then
-// read shared memory, and the parts are read from global memory once.
-// Larger rows read them from global memory on every pass.
-constexpr int kMergeCacheBytes = 160 * 1024;
-constexpr std::int64_t kMergeCacheEntries = kMergeCacheBytes / sizeof(std::uint64_t);
 
 struct MergeArgs {
   const float* values;
@@ -294,13 +288,12 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm) merge_kernel(c
   }
 }
 
-// One K's merge: rows of up to kMergeCacheEntries entries on the cached
-// kernel.
+// One K's merge: rows whose entries fit kMergeCacheBytes on the cached
+// kernel (merge_caches_entries, plan.h).
 template <int K>
 Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   const auto grid = static_cast<unsigned>(args.rows);
-  const std::int64_t n = args.parts * args.part_k;
-  if (n > kMergeCacheEntries) {
+  if (!merge_caches_entries(args.parts, args.part_k)) {
     merge_kernel<K, false><<<grid, kMergeThreads, 0, stream>>>(args);
     return Status::Ok();
   }
@@ -311,7 +304,8 @@ Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device,
                                                            kMergeCacheBytes);
   if (!st.ok()) return st;
-  kernel<<<grid, kMergeThreads, static_cast<std::size_t>(n) * sizeof(std::uint64_t), stream>>>(args);
+  const auto cache_bytes = static_cast<std::size_t>(args.parts * args.part_k) * sizeof(std::uint64_t);
+  kernel<<<grid, kMergeThreads, cache_bytes, stream>>>(args);
   return Status::Ok();
 }
 

@@ -64,4 +64,16 @@ struct PagedPlan {
 // a call with no rows plans no launch and no workspace.
 PagedPlan make_plan(const PagedIndexerTopkParams& params);
 
+// merge_topk's kernel holds a row's num_parts x part_k entries, as 64-bit
+// keys, in this much dynamic shared memory when they fit: its radix passes,
+// count and take then read shared memory, and the parts are read from
+// global memory once; larger rows are read from global memory on every pass
+// (docs/perf-log.md, D10).
+inline constexpr int kMergeCacheBytes = 160 * 1024;
+inline constexpr std::int64_t kMergeCacheEntries = kMergeCacheBytes / sizeof(std::uint64_t);
+// Whether a merge of num_parts x part_k entries a row runs the cached kernel.
+constexpr bool merge_caches_entries(std::int64_t num_parts, std::int64_t part_k) {
+  return num_parts * part_k <= kMergeCacheEntries;
+}
+
 }  // namespace dsa::decode

@@ -209,4 +209,18 @@ TEST(DecodePlan, NoRowsPlanNothing) {
 }
 
 }  // namespace
+// merge_topk's rows run the cached kernel up to 160 KB of 64-bit keys
+// (20480 entries), whatever the split into parts.
+TEST(MergePlan, CachesRowsOfUpTo20480Entries) {
+  EXPECT_EQ(kMergeCacheEntries, 20480);
+  EXPECT_TRUE(merge_caches_entries(10, 2048));
+  EXPECT_TRUE(merge_caches_entries(1, 20480));
+  EXPECT_TRUE(merge_caches_entries(2, 10240));
+  EXPECT_TRUE(merge_caches_entries(0, 1));
+  EXPECT_FALSE(merge_caches_entries(10, 2049));
+  EXPECT_FALSE(merge_caches_entries(11, 2048));
+  EXPECT_FALSE(merge_caches_entries(1, 20481));
+  EXPECT_FALSE(merge_caches_entries(2, 10241));
+}
+
 }  // namespace dsa::decode

@@ -481,8 +481,9 @@ TEST(DecodeGpu, MergeCutsMatchCpu) {
 }
 
 // Rows around the kernel's shared-memory cache of a row's entries (20480
-// 64-bit keys, decode.cu): at the limit the row is cached, one entry past
-// it the kernel reads the parts from global memory on every pass.
+// 64-bit keys, merge_caches_entries in decode/plan.h): at the limit the row
+// is cached, one entry past it the kernel reads the parts from global
+// memory on every pass.
 TEST(DecodeGpu, MergeCutsAroundTheEntryCacheMatchCpu) {
   std::uint64_t seed = 200;
   for (const auto& [P, part_k] : {std::pair<std::int64_t, std::int64_t>{10, 2048}, {10, 2049}, {11, 2048}, {2, 10241}}) {
