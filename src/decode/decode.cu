@@ -157,13 +157,13 @@ __device__ __forceinline__ std::int64_t merge_offset(const MergeArgs& a, std::in
   return (static_cast<std::int64_t>(p) * a.rows + r) * a.part_k + (e - p * part_k);
 }
 
-// kCached: the row's keys in dynamic shared memory (n <= kMergeCacheEntries).
 // Four CTAs an SM (32 registers a thread): rows of few entries are paced
-// by the CTAs' barriers, which more CTAs an SM overlap; at 49 registers
-// (two CTAs) P 2 x part_k 512 x 4096 rows measured 1.35x slower
-// (docs/perf-log.md, D10).
+// by the CTAs' barriers, which more CTAs an SM overlap; two CTAs an SM
+// measured slower on them (docs/perf-log.md, D10).
 constexpr int kMergeCtasPerSm = 4;
 
+// kCached: the row's keys in dynamic shared memory (merge_caches_entries,
+// plan.h).
 template <int K, bool kCached>
 __global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm) merge_kernel(const MergeArgs a) {
   extern __shared__ std::uint64_t cache[];  // [n] when kCached
