@@ -11,6 +11,8 @@
 #   merge     merge_kernel, P 8 x R 4096 parts at K 2048
 #   scores    indexer_scores_kernel (StoreSink), 4096 x 32K
 #   topk128k  the standalone top-k at 4096 x 128K
+#   filter    the fused filter (the scoring kernel with FilterSink), 4096 x 128K
+#             on the fused route
 # Builds dsa-topk into build-profile unless --dsa-topk names one. Exit code:
 # the number of targets that failed (0: all profiled).
 set -uo pipefail
@@ -24,7 +26,7 @@ if [ "${1:-}" = --dsa-topk ]; then
   shift 2
 fi
 if [ "$#" = 0 ]; then
-  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|merge|scores|topk128k ..." >&2
+  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|merge|scores|topk128k|filter ..." >&2
   exit 2
 fi
 if [ -z "$bin" ]; then
@@ -41,7 +43,8 @@ profile() {  # NAME KERNEL_REGEX BENCH_ARGS...
   local name="$1" kernel="$2"
   shift 2
   echo "== $name: -k regex:$kernel, dsa-topk bench $*"
-  if timeout 240 ncu --clock-control none --sampling-interval 0 -k "regex:$kernel" --launch-skip 1 --launch-count 1 \
+  if timeout 240 ncu --clock-control none --sampling-interval 0 --kernel-name-base demangled -k "regex:$kernel" \
+       --launch-skip 1 --launch-count 1 \
        --set full --import-source yes -o "$work/$name" "$bin" bench --backend cuda "$@" --reps 3 --no-verify \
        >"$work/$name-run.log" 2>&1 && [ -f "$work/$name.ncu-rep" ]; then
     ncu --import "$work/$name.ncu-rep" --page details >"$work/$name-details.txt" 2>&1
@@ -60,6 +63,7 @@ for target in "$@"; do
     merge) profile merge merge_kernel --op merge --P 8 --R 4096 ;;
     scores) profile scores indexer_scores --op scores --T 4096 --N 32768 ;;
     topk128k) profile topk128k "topk_" --op topk --T 4096 --N 131072 ;;
+    filter) profile filter "FilterSink" --op indexer --route fused --T 4096 --N 131072 ;;
     *) echo "unknown target '$target'" >&2; failed=$((failed + 1)) ;;
   esac
 done
