@@ -998,34 +998,49 @@ auto rows_over(const std::vector<Shape>& shapes, const std::vector<Distribution>
   return rows;
 }
 
-// bench --op decode: the grid (or the rows --B, --next-n, --L pick), each
-// row timed and verified once.
-int run_decode_bench(const Args& args, Backend backend) {
-  // Everything is checked before the ceilings are measured (seconds on a GPU).
-  const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/true);
-  const auto dists = parse_distributions(args.get("dist", "model-like"));
-  DecodeSettings s = decode_settings(args, backend);
+// bench over an op's shapes (already checked, as is every other argument
+// before the ceilings are measured, seconds on a GPU): each row timed and
+// verified once; the table, the JSON file and the exit code (1: a row not
+// passed).
+template <class Shape, class Settings, class RunCase, class PrintTable, class ToJson>
+int bench_rows(const Args& args, Backend backend, const std::vector<Shape>& shapes,
+               const std::vector<Distribution>& dists, Settings s, RunCase run_case, PrintTable print_table,
+               ToJson to_json) {
   s.reps = timing_settings(args, backend);
   s.check = !args.flag("no-verify");
   require_backend(backend);
   const GpuCeilings ceilings = ceilings_for(backend);
-  const std::vector<DecodeRow> rows = rows_over(shapes, dists, s, run_decode_case);
-  const bool timed = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.ms > 0; });
+  const auto rows = rows_over(shapes, dists, s, run_case);
+  const bool timed = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.ms > 0; });
   if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, s.reps);
-  print_decode_table(rows, &ceilings);
-  if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, decode_json(rows, ceilings));
-  return std::all_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return passed(r.result); }) ? 0 : 1;
+  print_table(rows, &ceilings);
+  if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, to_json(rows, ceilings));
+  return std::all_of(rows.begin(), rows.end(), [](const auto& r) { return passed(r.result); }) ? 0 : 1;
+}
+
+// check over an op's shapes: every row verified; exit code 1 unless all exact.
+template <class Shape, class Settings, class RunCase, class PrintTable>
+int check_rows(Backend backend, const std::vector<Shape>& shapes, const std::vector<Distribution>& dists,
+               const Settings& s, RunCase run_case, PrintTable print_table) {
+  require_backend(backend);
+  const auto rows = rows_over(shapes, dists, s, run_case);
+  print_table(rows, nullptr);
+  return std::all_of(rows.begin(), rows.end(), [](const auto& r) { return r.result == "exact"; }) ? 0 : 1;
+}
+
+// bench --op decode: the grid (or the rows --B, --next-n, --L pick).
+int run_decode_bench(const Args& args, Backend backend) {
+  const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/true);
+  const auto dists = parse_distributions(args.get("dist", "model-like"));
+  return bench_rows(args, backend, shapes, dists, decode_settings(args, backend), run_decode_case,
+                    print_decode_table, decode_json);
 }
 
 // check --op decode: one shape per distribution, verified.
 int run_decode_check(const Args& args, Backend backend) {
   const std::vector<DecodeShape> shapes = decode_shapes(args, /*grid=*/false);
   const auto dists = parse_distributions(args.get("dist", "all"));
-  const DecodeSettings s = decode_settings(args, backend);
-  require_backend(backend);
-  const std::vector<DecodeRow> rows = rows_over(shapes, dists, s, run_decode_case);
-  print_decode_table(rows, nullptr);
-  return std::all_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.result == "exact"; }) ? 0 : 1;
+  return check_rows(backend, shapes, dists, decode_settings(args, backend), run_decode_case, print_decode_table);
 }
 
 // ---------------------------------------------------------------- merge ---
@@ -1184,34 +1199,19 @@ nlohmann::json merge_json(const std::vector<MergeRow>& rows, const GpuCeilings& 
   return out;
 }
 
-// bench --op merge: the grid (or the rows --P, --R pick), each row timed
-// and verified once.
+// bench --op merge: the grid (or the rows --P, --R pick).
 int run_merge_bench(const Args& args, Backend backend) {
-  // Everything is checked before the ceilings are measured (seconds on a GPU).
   const std::vector<MergeShape> shapes = merge_shapes(args, /*grid=*/true);
   const auto dists = parse_distributions(args.get("dist", "model-like"));
-  MergeSettings s = merge_settings(args, backend);
-  s.reps = timing_settings(args, backend);
-  s.check = !args.flag("no-verify");
-  require_backend(backend);
-  const GpuCeilings ceilings = ceilings_for(backend);
-  const std::vector<MergeRow> rows = rows_over(shapes, dists, s, run_merge_case);
-  const bool timed = std::any_of(rows.begin(), rows.end(), [](const MergeRow& r) { return r.ms > 0; });
-  if (backend == Backend::kCuda && timed) print_timing_notes(ceilings, s.reps);
-  print_merge_table(rows, &ceilings);
-  if (args.flag("json")) write_bench_json(args.get("json", "bench.json"), ceilings, merge_json(rows, ceilings));
-  return std::all_of(rows.begin(), rows.end(), [](const MergeRow& r) { return passed(r.result); }) ? 0 : 1;
+  return bench_rows(args, backend, shapes, dists, merge_settings(args, backend), run_merge_case, print_merge_table,
+                    merge_json);
 }
 
 // check --op merge: one shape per distribution, verified.
 int run_merge_check(const Args& args, Backend backend) {
   const std::vector<MergeShape> shapes = merge_shapes(args, /*grid=*/false);
   const auto dists = parse_distributions(args.get("dist", "all"));
-  const MergeSettings s = merge_settings(args, backend);
-  require_backend(backend);
-  const std::vector<MergeRow> rows = rows_over(shapes, dists, s, run_merge_case);
-  print_merge_table(rows, nullptr);
-  return std::all_of(rows.begin(), rows.end(), [](const MergeRow& r) { return r.result == "exact"; }) ? 0 : 1;
+  return check_rows(backend, shapes, dists, merge_settings(args, backend), run_merge_case, print_merge_table);
 }
 
 }  // namespace
