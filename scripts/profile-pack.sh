@@ -43,13 +43,13 @@ profile() {  # NAME KERNEL_REGEX BENCH_ARGS...
   local name="$1" kernel="$2"
   shift 2
   echo "== $name: -k regex:$kernel, dsa-topk bench $*"
-  if timeout 240 ncu --clock-control none --sampling-interval 0 --kernel-name-base demangled -k "regex:$kernel" \
+  if timeout 240 ncu --clock-control none --kernel-name-base demangled -k "regex:$kernel" \
        --launch-skip 1 --launch-count 1 \
        --set full --import-source yes -o "$work/$name" "$bin" bench --backend cuda "$@" --reps 3 --no-verify \
        >"$work/$name-run.log" 2>&1 && [ -f "$work/$name.ncu-rep" ]; then
     ncu --import "$work/$name.ncu-rep" --page details >"$work/$name-details.txt" 2>&1
     ncu --import "$work/$name.ncu-rep" --page source --csv --print-source sass | gzip >"$work/$name-sass.csv.gz"
-    grep -E "Duration|Elapsed Cycles|SM Active Cycles" "$work/$name-details.txt" | head -3
+    grep -E "Duration|Elapsed Cycles|SM Active Cycles|SM Frequency" "$work/$name-details.txt" | head -4
     rm -f "$work/$name.ncu-rep"
   else
     echo "   failed (log: $name-run.log in the pack)"
