@@ -18,7 +18,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-$PWD/profile-out}"
-mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 bin=""
 if [ "${1:-}" = --dsa-topk ]; then
@@ -29,6 +28,7 @@ if [ "$#" = 0 ]; then
   echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|merge|scores|topk128k|filter ..." >&2
   exit 2
 fi
+mkdir -p "$OUT"
 if [ -z "$bin" ]; then
   if ! (cmake -S . -B build-profile -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
         cmake --build build-profile -j "$(nproc)" --target dsa-topk >/dev/null); then
