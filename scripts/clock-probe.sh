@@ -23,8 +23,8 @@ rc=$?
 t1=$(date +%s.%N)
 kill "$smi" 2>/dev/null
 wait "$smi" 2>/dev/null
-# Samples taken while the GPU was busy: the SM clock above the idle floor
-# and the power above 150 W (the command's setup and exit idle the card).
+# Busy samples: the board power above 150 W (an idle H200 draws ~80 W;
+# the command's setup and exit leave the card idle).
 awk -F', *' -v label="$label" -v t0="$t0" -v t1="$t1" '
   BEGIN { wall = t1 - t0 }
   $2 + 0 > 150 { n++; c[n] = $1 + 0; p[n] = $2 + 0 }

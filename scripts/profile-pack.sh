@@ -6,7 +6,7 @@
 # no ncu). Read here with:
 #   tar xzf profile-pack.tar.gz && python3 scripts/ncu_source_summary.py NAME-sass.csv.gz
 # Usage: bash scripts/profile-pack.sh [--dsa-topk PATH] TARGET...
-#   cluster   topk_cluster_kernel, decode 1 x 128K (one launch, densest sampling)
+#   cluster   topk_cluster_kernel, decode 1 x 128K (one launch)
 #   paged     indexer_scores_kernel over the paged cache, decode 256 x 128K
 #   merge     merge_kernel, P 8 x R 4096 parts at K 2048
 #   scores    indexer_scores_kernel (StoreSink), 4096 x 32K
