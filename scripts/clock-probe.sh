@@ -25,18 +25,25 @@ kill "$smi" 2>/dev/null
 wait "$smi" 2>/dev/null
 # Busy samples: the board power above 150 W (an idle H200 draws ~80 W;
 # the command's setup and exit leave the card idle).
-awk -F', *' -v label="$label" -v t0="$t0" -v t1="$t1" '
-  BEGIN { wall = t1 - t0 }
-  $2 + 0 > 150 { n++; c[n] = $1 + 0; p[n] = $2 + 0 }
-  function median(a, n,   i, j, t) {
-    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-  }
-  END {
-    if (n == 0) { printf "%s: wall %.2f s, no busy samples\n", label, wall; exit }
-    cm = median(c, n); cmin = c[1]; cmax = c[n]; pm = median(p, n)
-    printf "%s: wall %.2f s, %d busy samples, SM clock median %d MHz (%d-%d), power median %.0f W\n",
-           label, wall, n, cm, cmin, cmax, pm
-  }' "$samples"
+python3 - "$label" "$t0" "$t1" "$samples" <<'PY'
+import statistics, sys
+label, t0, t1, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+busy = []
+for line in open(path):
+    fields = [f.strip() for f in line.split(",")]
+    try:
+        clock, power = float(fields[0]), float(fields[1])
+    except (IndexError, ValueError):
+        continue
+    if power > 150:
+        busy.append((clock, power))
+wall = t1 - t0
+if not busy:
+    print(f"{label}: wall {wall:.2f} s, no busy samples")
+else:
+    clocks = [c for c, _ in busy]
+    print(f"{label}: wall {wall:.2f} s, {len(busy)} busy samples, SM clock median {int(statistics.median(clocks))} MHz "
+          f"({int(min(clocks))}-{int(max(clocks))}), power median {statistics.median(p for _, p in busy):.0f} W")
+PY
 rm -f "$samples"
 exit "$rc"
