@@ -1,7 +1,7 @@
 // The standalone top-k's launch geometries (docs/design.md, "GPU top-k"):
 // the sampled kernel's LongRows, LongRows64K and WideRows, the resident
-// kernel's ResidentRows8K and ResidentRows16K, and the split's largest
-// cluster. No CUDA header: the launch plan (plan.h) picks among them on the
+// kernel's ResidentRows8K and ResidentRows16K, the split's largest cluster
+// and the cluster-resident kernel's ClusterRows. No CUDA header: the launch plan (plan.h) picks among them on the
 // host and CPU tests check it; config.h builds the kernels' shared-memory
 // plans on them.
 #pragma once
