@@ -3,7 +3,9 @@
 // indexer_topk_paged runs the unfused pipeline over the paged cache, batch
 // by batch of requests: the scoring kernel with PagedKeys (keys and scales
 // read through each request's block-table row) writes a bounded buffer of
-// scores, and the standalone top-k selects every row from it. Rows are the
+// scores, and the standalone top-k selects every row from it; few one-token
+// rows select in the fused way instead (select.cuh: the scoring kernel
+// counts the score keys' top bits, a select kernel takes the rows' top K). Rows are the
 // requests' rows padded to whole query blocks (decode/plan.h), so a prepare
 // kernel writes each launch row's range [0, len) and, where padding rows
 // exist, its head weights (one-token requests without padding need none:
@@ -33,6 +35,7 @@
 #include "common/warp.h"
 #include "common/workspace.h"
 #include "decode/plan.h"
+#include "decode/select.cuh"
 #include "scoring/launch.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/topk.h"
@@ -326,6 +329,44 @@ Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& si
                             : launch_paged_scoring<32>(in, columns, sink, stream, keys);
 }
 
+// The fused selection of a batch (select.cuh): its rows' state zeroed, the
+// scoring kernel with HistStoreSink, then the select kernel, launched
+// programmatically so its CTAs are resident when the scoring kernel's leave.
+Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const scoring::PagedKeys& keys,
+                           float* scores, std::uint32_t* state, std::uint64_t* candidates, std::int32_t k,
+                           std::int32_t* indices, float* values, CUstream_st* stream) {
+  constexpr const char* kOp = "indexer_topk_paged";
+  const auto rows = static_cast<std::size_t>(in.num_queries);
+  cudaError_t err = cudaMemsetAsync(state, 0, rows * kSelectStateWords * sizeof(std::uint32_t), stream);
+  if (err != cudaSuccess) return cuda_error(err, kOp, "zeroing the selection's histograms");
+  const Status st = scoring::launch_scoring<64, HistStoreSink, scoring::PagedKeys, 64>(
+      in, nullptr, HistStoreSink{scores, plan.score_stride, state}, stream, keys);
+  if (!st.ok()) return st;
+  const SelectArgs args{scores,
+                        plan.score_stride,
+                        in.ks,
+                        in.ke,
+                        in.num_keys,
+                        state,
+                        candidates,
+                        static_cast<std::uint32_t>(plan.select_capacity),
+                        static_cast<std::int32_t>(plan.select_parts),
+                        k,
+                        indices,
+                        values};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(in.num_queries * plan.select_parts));
+  cfg.blockDim = dim3(kSelectThreads);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  err = cudaLaunchKernelEx(&cfg, paged_select_kernel, args);
+  return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
+}
+
 }  // namespace
 
 Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* stream, void* workspace,
@@ -389,6 +430,14 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                                   plan.block_shift,
                                   plan.rows_per_request_shift,
                                   p.next_n};
+    if (plan.fused_select) {
+      const Status st = launch_fused_select(
+          plan, in, keys, scores, workspace_piece<std::uint32_t>(workspace, w.select_state),
+          workspace_piece<std::uint64_t>(workspace, w.candidates), K, p.indices + first * p.next_n * K,
+          p.values != nullptr ? p.values + first * p.next_n * K : nullptr, stream);
+      if (!st.ok()) return st;
+      continue;
+    }
     Status st =
         launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys);
     if (!st.ok()) return st;

@@ -39,6 +39,9 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   w.scores = pieces.take(batch_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
   w.indices = pieces.take(plan.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
   w.values = pieces.take(plan.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
+  const std::size_t select_rows = plan.fused_select ? batch_rows : 0;
+  w.select_state = pieces.take(select_rows * kSelectStateWords * sizeof(std::uint32_t));
+  w.candidates = pieces.take(select_rows * static_cast<std::size_t>(plan.select_capacity) * sizeof(std::uint64_t));
   w.total = pieces.total();
   return w;
 }
@@ -64,6 +67,16 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p) {
   const auto request_bytes = static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
   plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
                                                     std::max<std::int64_t>(p.batch, 1))};
+  plan.fused_select = plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 && p.options.ties == TieBreak::kAny && !p.options.sorted &&
+                      !p.physical_slots && plan.batches.per_batch <= kFusedSelectMaxRows &&
+                      p.max_context() > p.options.k;
+  if (plan.fused_select) {
+    const std::int64_t n = p.max_context();
+    plan.select_parts = std::clamp<std::int64_t>((n + kSelectPartKeys - 1) / kSelectPartKeys, 1, kSelectMaxParts);
+    // The K-th key's bin holds ~1 % of a model-like row; an eighth of the
+    // row leaves room for far more before the slow path.
+    plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
+  }
   const std::int64_t launch_rows = p.batch * plan.rows_per_request;
   plan.prepare = item_grid(plan.padded ? launch_rows * p.num_heads : launch_rows);
   plan.map_items_per_request = static_cast<std::int64_t>(p.next_n) * p.options.k;

@@ -23,8 +23,29 @@ struct PagedWorkspace {
   std::size_t scores = 0;   // [batch rows, score_stride] float: the bounded scores buffer
   std::size_t indices = 0;  // [batch rows, K] int32: the top-k's output (mapped only)
   std::size_t values = 0;   // [batch rows, K] float (mapped, with values asked for)
+  // The fused selection (PagedPlan::fused_select). A row's state is its
+  // histogram (kSelectBins counts, which the scoring kernel adds its score
+  // keys' top bits into) and then its counters (SelectCounter), zeroed
+  // before each batch's scoring.
+  std::size_t select_state = 0;  // [batch rows, kSelectStateWords] uint32
+  std::size_t candidates = 0;    // [batch rows, select_capacity] uint64: keys of the K-th key's bin
   std::size_t total = 0;    // bytes in all
 };
+
+// The fused selection's histogram: the top kSelectBinBits bits of each score
+// key (score_key, common/keys.h), counted by the scoring kernel.
+inline constexpr int kSelectBinBits = 12;
+inline constexpr int kSelectBins = 1 << kSelectBinBits;
+// A row's counters: slots taken so far, candidates appended, CTAs done.
+enum SelectCounter : int { kTakenCounter = 0, kCandidateCounter = 1, kDoneCounter = 2, kSelectCounters = 4 };
+inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
+// Keys a CTA of the select kernel filters (its part of a row), and the most
+// CTAs a row gets.
+inline constexpr std::int64_t kSelectPartKeys = 4096;
+inline constexpr std::int64_t kSelectMaxParts = 128;
+// Launch rows up to which a plan with one-token requests selects in the
+// fused way rather than through the standalone top-k.
+inline constexpr std::int64_t kFusedSelectMaxRows = 64;
 
 // Requests a launch can give the same zero range starts (a constant device
 // array of this many zeros, decode.cu) when the plan reads lengths as ranges.
@@ -51,6 +72,14 @@ struct PagedPlan {
   // context_lens as ke and kZeroStartRows zeros as ks, and the call
   // launches no prepare kernel and takes no ks / ke workspace.
   bool ranges_from_lengths = false;
+  // Reading lengths as ranges, with any-tie unsorted positions and few rows:
+  // the scoring kernel also counts each row's score keys by their top bits
+  // (HistStoreSink, decode/select.cuh), and the select kernel takes every
+  // key above the K-th key's bin and resolves that bin from the candidates
+  // its CTAs appended; no standalone top-k.
+  bool fused_select = false;
+  std::int64_t select_parts = 0;      // the select kernel's CTAs a row
+  std::int64_t select_capacity = 0;   // candidates a row holds (more: the bin is resolved from the scores)
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
   std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K

@@ -34,7 +34,7 @@ struct ScoresArgs {
 
 // Where the scores of a tile go. A sink is a kernel argument with
 //   Shared                        shared memory it needs after SharedStorage;
-//   init(Shared&)                 thread 0, before the CTA's first barrier;
+//   init(Shared&)                 every thread, before the CTA's first barrier;
 //   begin<R>(t0, lane, rows, tiles)
 //                                 per-lane state for the lane's R rows
 //                                 (queries lane % 4 + 4r, ranges `rows`) at
@@ -464,9 +464,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::barrier_init(&smem.q_full[s], 1);
       sm90::barrier_init(&smem.unit_empty[s], kMathThreads);  // every math thread
     }
-    sink.init(sink_storage<Sink>(smem));
     sm90::barrier_init_fence();
   }
+  sink.init(sink_storage<Sink>(smem));
   // Every thread takes part in the search. Its barriers publish the
   // initialisation above, and it ends with one after which no thread writes
   // the shared memory it used (smem.run is only read from then on).

@@ -106,8 +106,11 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                     batch_rows * stride * 4,                                  // scores
                     plan.mapped ? batch_rows * k * 4 : 0,                     // indices
                     plan.mapped && values != nullptr ? batch_rows * k * 4 : 0,  // values
+                    plan.fused_select ? batch_rows * kSelectStateWords * 4 : 0,  // histograms and counters
+                    plan.fused_select ? batch_rows * static_cast<std::size_t>(plan.select_capacity) * 8 : 0,
                 };
-                const std::size_t offsets[] = {w.ks, w.ke, w.w, w.scores, w.indices, w.values, w.total};
+                const std::size_t offsets[] = {w.ks,      w.ke,     w.w,           w.scores,    w.indices,
+                                               w.values, w.select_state, w.candidates, w.total};
                 std::size_t at = 0;
                 for (std::size_t i = 0; i < std::size(pieces); ++i) {
                   EXPECT_EQ(offsets[i], at) << "piece " << i << ": H " << heads << ", next_n " << next_n << ", B "
@@ -198,6 +201,30 @@ TEST(DecodePlan, LengthsAsRangesForOneTokenRequests) {
   EXPECT_EQ(w.ks, 0u);
   EXPECT_EQ(w.ke, 0u);
   EXPECT_EQ(w.scores, 0u);  // the scores buffer is the first piece
+}
+
+// The fused selection: one-token requests read as ranges, any-tie unsorted
+// positions, at most kFusedSelectMaxRows rows a batch and contexts past K.
+TEST(DecodePlan, FusedSelectForFewOneTokenRequests) {
+  const PagedPlan one = make_plan(shape(1, 1, 64, 2048));  // 1 x 128K
+  EXPECT_TRUE(one.fused_select);
+  EXPECT_EQ(one.select_parts, 32);  // 4K keys a CTA
+  EXPECT_EQ(one.select_capacity, 131072 / 8);
+  EXPECT_EQ(make_plan(shape(1, 1, 64, 16384)).select_parts, kSelectMaxParts);  // 1M keys
+  EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_parts, 1);                   // 2112 keys
+  EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_capacity, 2112);             // the whole row at most
+  EXPECT_TRUE(make_plan(shape(kFusedSelectMaxRows, 1, 64, 100)).fused_select);
+  EXPECT_FALSE(make_plan(shape(kFusedSelectMaxRows + 1, 1, 64, 100)).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 32)).fused_select);  // 2048 keys at most: no row has more than K
+  EXPECT_FALSE(make_plan(shape(1, 2, 64, 100)).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 32, 100)).fused_select);
+  for (int variant = 0; variant < 3; ++variant) {
+    PagedIndexerTopkParams p = shape(4, 1, 64, 100);
+    if (variant == 0) p.options.ties = TieBreak::kSmallestIndex;
+    if (variant == 1) p.options.sorted = true;
+    if (variant == 2) p.physical_slots = true;
+    EXPECT_FALSE(make_plan(p).fused_select) << variant;
+  }
 }
 
 TEST(DecodePlan, NoRowsPlanNothing) {

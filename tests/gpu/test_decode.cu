@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/keys.h"
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
 #include "gpu_test_util.h"
@@ -121,16 +122,59 @@ std::string describe(const PagedSpec& s, int K) {
          (s.lens_per_token ? " per-token" : "") + " K=" + std::to_string(K) + " seed=" + std::to_string(s.seed);
 }
 
+// An any-tie result against the deterministic one (`want`, sorted, values):
+// each row holds min(K, len) distinct positions in [0, len) and then -1
+// (values -inf); a returned position the deterministic row holds has its
+// value, bit for bit; any other returned position, and any position of the
+// deterministic row not returned, ties with the K-th score (score keys equal,
+// so NaN ties with -inf).
+void expect_valid_any(const tools::IndexerProblem& view, const Result& any, const Result& want, int K) {
+  for (std::int64_t r = 0; r < view.T; ++r) {
+    const std::int64_t len = view.ke[r] - view.ks[r];
+    const std::int64_t n = std::min<std::int64_t>(K, len);
+    std::vector<std::pair<std::int32_t, float>> ref;
+    for (std::int64_t i = 0; i < n; ++i) ref.emplace_back(want.indices[r * K + i], want.values[r * K + i]);
+    const std::uint32_t kth = n > 0 ? score_key(ref.back().second) : 0;
+    std::sort(ref.begin(), ref.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<bool> seen(static_cast<std::size_t>(std::max<std::int64_t>(len, 0)), false);
+    std::vector<bool> matched(ref.size(), false);
+    for (std::int64_t i = 0; i < K; ++i) {
+      const std::int32_t idx = any.indices[r * K + i];
+      const float val = any.values[r * K + i];
+      if (i >= n) {
+        ASSERT_EQ(idx, -1) << "row " << r << " slot " << i;
+        ASSERT_EQ(score_key(val), score_key(-INFINITY)) << "row " << r << " slot " << i;
+        continue;
+      }
+      ASSERT_TRUE(idx >= 0 && idx < len) << "row " << r << " slot " << i << ": " << idx << " of " << len;
+      ASSERT_FALSE(seen[static_cast<std::size_t>(idx)]) << "row " << r << ": position " << idx << " twice";
+      seen[static_cast<std::size_t>(idx)] = true;
+      const auto at = std::lower_bound(ref.begin(), ref.end(), std::make_pair(idx, -INFINITY),
+                                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (at != ref.end() && at->first == idx) {
+        ASSERT_EQ(std::memcmp(&at->second, &val, sizeof(float)), 0) << "row " << r << " position " << idx;
+        matched[static_cast<std::size_t>(at - ref.begin())] = true;
+      } else {
+        ASSERT_EQ(score_key(val), kth) << "row " << r << " position " << idx << ": not a tie with the K-th score";
+      }
+    }
+    for (std::size_t j = 0; j < ref.size(); ++j) {
+      if (!matched[j]) {
+        ASSERT_EQ(score_key(ref[j].second), kth) << "row " << r << ": position " << ref[j].first << " missing";
+      }
+    }
+  }
+}
+
 // Paged (deterministic, sorted, values) == prefill on the contiguous view, bit
 // for bit; physical slots are the positions mapped through the table; any
-// ties give the same sorted values.
-void expect_matches_prefill(const PagedSpec& s, int K) {
-  SCOPED_TRACE(describe(s, K));
-  const PagedProblem p = tools::make_paged_problem(s);
+// ties give a valid top K (expect_valid_any).
+void expect_problem_matches_prefill(const PagedProblem& p, int K) {
   const DevicePaged d(p);
+  const tools::IndexerProblem view = tools::contiguous_view(p);
   const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
   const Result paged = run_paged(d, det, false, true);
-  const Result want = run_prefill(tools::contiguous_view(p), det);
+  const Result want = run_prefill(view, det);
   ASSERT_EQ(paged.indices, want.indices);
   ASSERT_EQ(paged.values.size(), want.values.size());
   for (std::size_t i = 0; i < want.values.size(); ++i) {
@@ -145,14 +189,12 @@ void expect_matches_prefill(const PagedSpec& s, int K) {
       ASSERT_EQ(slots.indices[r * K + i], expect) << "row " << r << " slot " << i;
     }
   }
-  const Result any = run_paged(d, make_options(K), false, true);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<float> got(any.values.begin() + r * K, any.values.begin() + (r + 1) * K);
-    std::vector<float> ref(want.values.begin() + r * K, want.values.begin() + (r + 1) * K);
-    std::sort(got.begin(), got.end());
-    std::sort(ref.begin(), ref.end());
-    ASSERT_EQ(got, ref) << "row " << r;
-  }
+  expect_valid_any(view, run_paged(d, make_options(K), false, true), want, K);
+}
+
+void expect_matches_prefill(const PagedSpec& s, int K) {
+  SCOPED_TRACE(describe(s, K));
+  expect_problem_matches_prefill(tools::make_paged_problem(s), K);
 }
 
 std::vector<std::int32_t> ragged(int n, std::int32_t lo, std::int32_t hi, std::uint64_t seed) {
@@ -195,6 +237,128 @@ TEST(DecodeGpu, PagedLengthsAroundKAndPerToken) {
 TEST(DecodeGpu, PagedLongContextAndManyRequests) {
   expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {200000, 70000}, false, 21), 2048);
   expect_matches_prefill(paged_spec(Distribution::kShifted, 37, 1, 64, 64, ragged(37, 0, 12000, 22), false, 22), 2048);
+}
+
+// The fused selection (one token a request, H = 64, any ties, unsorted
+// positions, few rows): every distribution at lengths around K and long
+// ones, ragged in one batch; its candidates' overflow (ties, dead ReLU) goes
+// through the scores.
+TEST(DecodeGpu, FusedSelectEveryDistributionAndLength) {
+  std::uint64_t seed = 300;
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : {512, 2048}) {
+      for (int bs : {16, 64}) {
+        expect_matches_prefill(
+            paged_spec(dist, 8, 1, 64, bs, {0, 1, K - 1, K, K + 1, 5000, 40000, 130000}, false, seed), K);
+        ++seed;
+      }
+    }
+  }
+}
+
+// Small enough for the sanitizers: a bin that overflows the candidates (a
+// ties row of 9000 keys, all-zero queries score every key alike), one that
+// does not, and a row of K + 1 keys.
+TEST(DecodeGpu, FusedSelectSmall) {
+  expect_matches_prefill(paged_spec(Distribution::kTies, 3, 1, 64, 64, {9000, 3000, 513}, false, 301), 512);
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 32, {5000, 2049}, false, 302), 2048);
+}
+
+TEST(DecodeGpu, FusedSelectManyRowsAndLongContext) {
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 64, 1, 64, 64, ragged(64, 0, 30000, 310), false, 310),
+                         2048);
+  expect_matches_prefill(paged_spec(Distribution::kTies, 64, 1, 64, 64, ragged(64, 1000, 9000, 311), false, 311), 1024);
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {1048576, 300000}, false, 312), 2048);
+  expect_matches_prefill(paged_spec(Distribution::kDeadRelu, 1, 1, 64, 64, {1048576}, false, 313), 2048);
+}
+
+// NaN and Inf scores (planted key scales) rank as the contract says on the
+// fused selection too: NaN as -inf, +inf above everything.
+TEST(DecodeGpu, FusedSelectNonFiniteScores) {
+  PagedProblem p =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {60000, 9000, 4000}, false, 320));
+  const std::size_t block_bytes = p.kv_cache.size() / static_cast<std::size_t>(p.num_blocks);
+  const auto plant = [&](std::int64_t b, std::int32_t from, std::int32_t to, float scale) {
+    for (std::int32_t pos = from; pos < to; ++pos) {
+      const std::int32_t block = p.block_table[b * p.block_table_stride + pos / p.block_size];
+      const std::size_t at = static_cast<std::size_t>(block) * block_bytes +
+                             static_cast<std::size_t>(p.block_size) * p.D + (pos % p.block_size) * sizeof(float);
+      std::memcpy(p.kv_cache.data() + at, &scale, sizeof(float));
+    }
+  };
+  plant(0, 100, 3100, NAN);       // more NaN scores than K in one row
+  plant(0, 50000, 50020, INFINITY);
+  plant(1, 0, 8000, NAN);         // fewer finite scores than K
+  plant(2, 10, 20, -INFINITY);
+  expect_problem_matches_prefill(p, 2048);
+}
+
+// The fused selection under a CUDA graph, replayed with new lengths (across K
+// too) and new keys in the same buffers.
+TEST(DecodeGpu, FusedSelectGraphReplay) {
+  const int K = 2048;
+  const PagedProblem a =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 70000}, false, 330));
+  PagedProblem b = tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 70000}, false, 331));
+  b.block_table = a.block_table;
+  b.context_lens = {1000, 2049, 65000};
+  {
+    // b's keys laid out through a's table (the graph holds a's buffers).
+    PagedProblem laid = a;
+    const std::size_t block_bytes = a.kv_cache.size() / static_cast<std::size_t>(a.num_blocks);
+    const PagedProblem fresh =
+        tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 70000}, false, 331));
+    for (std::int64_t r = 0; r < 3; ++r) {
+      for (std::int64_t e = 0; e < a.max_blocks_per_seq; ++e) {
+        const std::int32_t from = fresh.block_table[r * fresh.block_table_stride + e];
+        const std::int32_t to = a.block_table[r * a.block_table_stride + e];
+        if (from < 0 || from >= fresh.num_blocks || to < 0 || to >= a.num_blocks) continue;
+        std::copy_n(fresh.kv_cache.begin() + from * block_bytes, block_bytes, laid.kv_cache.begin() + to * block_bytes);
+      }
+    }
+    b.kv_cache = laid.kv_cache;
+    b.num_blocks = a.num_blocks;
+  }
+  DevicePaged d(a);
+  const SelectOptions any = make_options(K);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(a.B) * K);
+  DeviceArray<float> values(static_cast<std::size_t>(a.B) * K);
+  const PagedIndexerTopkParams p = d.params(indices.get(), values.get(), any, false);
+  std::size_t bytes = 0;
+  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ExecutionContext ctx;
+  ctx.backend = Backend::kCuda;
+  ctx.stream = stream;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = bytes;
+  ctx.check_ranges = false;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status st = indexer_topk_paged(p, ctx);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const PagedProblem* const replays[] = {&a, &b, &a, &b};
+  for (const PagedProblem* now : replays) {
+    d.q.upload(now->q);
+    d.cache.upload(now->kv_cache);
+    d.lens.upload(now->context_lens);
+    d.w.upload(now->w);
+    indices.poison();
+    values.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const tools::IndexerProblem view = tools::contiguous_view(*now);
+    expect_valid_any(view, {indices.download(), values.download()}, run_prefill(view, det), K);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 TEST(DecodeGpu, PagedDeterministicAcrossRunsAndBatches) {

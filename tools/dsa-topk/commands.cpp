@@ -26,6 +26,7 @@
 
 #include "baselines.h"
 #include "common/parallel.h"
+#include "decode/plan.h"
 #include "device_run.h"
 #include "l2_flush.h"
 #include "power_state.h"
@@ -734,9 +735,12 @@ constexpr std::int64_t kMaxDecodeKeys = std::numeric_limits<std::int32_t>::max()
 // The judge's scores are [B * next_n, L] fp32 on the host: rows past 1 GiB
 // of them (twice the grid's largest) are not verified.
 constexpr std::int64_t kMaxJudgedScores = std::int64_t{1} << 28;
-// The CUDA operator's route today (src/decode/decode.cu): the scoring kernel
-// writes a bounded buffer of scores, the standalone top-k selects from it.
-constexpr const char* kDecodeRoute = "unfused";
+// The CUDA operator's routes (src/decode/decode.cu, the plan picks): the
+// scoring kernel writes a bounded buffer of scores and the standalone top-k
+// selects from it, or the scoring kernel also counts the score keys' top
+// bits and the fused select kernel takes each row's top K.
+constexpr const char* kDecodeUnfused = "unfused";
+constexpr const char* kDecodeFusedSelect = "fused-select";
 // Bytes of one cached key: D FP8 bytes and an fp32 scale.
 constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
 
@@ -757,6 +761,7 @@ struct DecodeRow {
   DecodeShape shape;
   int block_size = 64, K = 0, heads = 64;
   double ms = 0;  // median of the timed calls; 0 = not timed
+  const char* route = kDecodeUnfused;  // the CUDA operator's (decode::make_plan)
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -934,6 +939,8 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     row.result = std::string("generating the problem: ") + e.what();
     return row;
   }
+  row.route = decode::make_plan(prob.params(nullptr, nullptr, s.options, false)).fused_select ? kDecodeFusedSelect
+                                                                                               : kDecodeUnfused;
   const RunResult r = run_operator(prob, s.options, s.values, s.backend, s.threads, s.reps);
   if (!r.status.ok()) {
     row.result = r.status.to_string();
@@ -945,16 +952,17 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
 }
 
 constexpr const char* kDecodeColumns =
-    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<8}  {}\n";
+    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<12}  {}\n";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
              "bs; ms = median;\nGB/s = bytes / ms, bytes = the requests' cache blocks (ceil(L / bs) * bs * {} B "
              "each) + q + w; %read = of the in-run HBM read\nceiling; hbm ms = bytes at that ceiling; fp8 ms = "
              "2 * {} * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
-             "route {}: the CUDA operator scores into a bounded buffer, then runs the standalone top-k,\nwhich is our "
-             "unfused pipeline: it is not timed apart\n\n",
-             kCachedKeyBytes, kHeadDim, kDecodeRoute);
+             "route {}: the CUDA operator scores into a bounded buffer, then runs the standalone top-k\n(our "
+             "unfused pipeline, not timed apart); {}: the scoring kernel also counts each row's score keys\nby their "
+             "top bits and a select kernel takes the top K (few one-token rows, any ties, unsorted)\n\n",
+             kCachedKeyBytes, kHeadDim, kDecodeUnfused, kDecodeFusedSelect);
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
              "bound", "route", "result");
   for (const DecodeRow& r : rows) {
@@ -962,7 +970,7 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
     fmt::print(kDecodeColumns, r.dist, r.backend, r.shape.B, r.shape.next_n, r.shape.L, r.block_size, r.K,
                cell(r.ms > 0, r.ms, 3), cell(b.gb_s > 0, b.gb_s, b.gb_s < 10 ? 3 : 0),
                cell(b.pct_read > 0, b.pct_read, 1), cell(b.hbm_ms > 0, b.hbm_ms, 4), cell(b.fp8_ms > 0, b.fp8_ms, 4),
-               b.bound(), r.backend == "cuda" ? kDecodeRoute : "-", r.result);
+               b.bound(), r.backend == "cuda" ? r.route : "-", r.result);
   }
 }
 
@@ -978,7 +986,7 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"bytes", r.bytes()},     {"flops", r.flops()},
                    {"gb_s", b.gb_s},         {"pct_read_ceiling", b.pct_read},
                    {"hbm_bound_ms", b.hbm_ms}, {"fp8_bound_ms", b.fp8_ms},
-                   {"bound", b.bound()},     {"route", r.backend == "cuda" ? kDecodeRoute : ""},
+                   {"bound", b.bound()},     {"route", r.backend == "cuda" ? r.route : ""},
                    {"result", r.result}});
   }
   return out;

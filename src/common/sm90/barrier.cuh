@@ -27,6 +27,12 @@ __device__ __forceinline__ void barrier_wait(std::uint64_t* bar, std::uint32_t p
 
 __device__ __forceinline__ void barrier_arrive(std::uint64_t* bar) { cuda::ptx::mbarrier_arrive(bar); }
 
+// Hardware named barrier `id` (1-15; 0 is __syncthreads') over `threads`
+// threads, whole warps: a subset of the CTA waits for itself alone.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // One arrival that also announces `bytes` of transaction (TMA) to expect.
 __device__ __forceinline__ void barrier_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
   cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, bar,
