@@ -330,17 +330,17 @@ Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& si
 }
 
 // The fused selection of a batch (select.cuh): its rows' state zeroed, the
-// scoring kernel with HistStoreSink, then the select kernel, launched
-// programmatically so its CTAs are resident when the scoring kernel's leave.
+// scoring kernel with HistStoreSink, then the select kernel; the last two
+// launched programmatically, each starting before the one ahead of it ends.
 Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const scoring::PagedKeys& keys,
                            float* scores, std::uint32_t* state, std::uint64_t* candidates, std::int32_t k,
                            std::int32_t* indices, float* values, CUstream_st* stream) {
   constexpr const char* kOp = "indexer_topk_paged";
-  const auto rows = static_cast<std::size_t>(in.num_queries);
-  cudaError_t err = cudaMemsetAsync(state, 0, rows * kSelectStateWords * sizeof(std::uint32_t), stream);
-  if (err != cudaSuccess) return cuda_error(err, kOp, "zeroing the selection's histograms");
+  select_zero_kernel<<<static_cast<unsigned>(in.num_queries), kZeroThreads, 0, stream>>>(state);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const Status st = scoring::launch_scoring<64, HistStoreSink, scoring::PagedKeys, 64>(
-      in, nullptr, HistStoreSink{scores, plan.score_stride, state}, stream, keys);
+      in, nullptr, HistStoreSink{scores, plan.score_stride, state}, stream, keys, /*programmatic=*/true);
   if (!st.ok()) return st;
   const SelectArgs args{scores,
                         plan.score_stride,

@@ -3,21 +3,24 @@
 //   1. The scoring kernel writes the scores as StoreSink does and, with
 //      HistStoreSink, counts each row's score keys by their top
 //      kSelectBinBits bits: per math warpgroup in shared memory, added into
-//      the row's histogram in global memory (zeroed before the launch) at
-//      the end of each unit.
+//      the row's histogram in global memory at the end of each unit (zeroed
+//      by a small kernel before it, which the scoring kernel overlaps).
 //   2. The select kernel, launched programmatically after it, gives each
-//      row select_parts CTAs. Each reads the row's histogram and finds the
-//      bin holding the K-th largest key (every CTA the same bin), then
-//      filters its part of the row's scores: keys above the bin take output
-//      slots at once (one counter a row), keys in the bin are appended as
-//      candidates, (score key, inverted position) pairs.
+//      row select_parts CTAs of kSelectPartKeys positions each. Each reads
+//      the row's histogram and finds the bin holding the K-th largest key
+//      (every CTA the same bin), then filters its part of the row's scores:
+//      keys above the bin take output slots at once (one counter a row, one
+//      claim a CTA), keys in the bin are appended as candidates, (score
+//      key, position) pairs.
 //   3. The row's last CTA to finish (a counter a row) selects the slots
-//      still open from the candidates by the block radix select on their
-//      64-bit keys, or from the row's scores when the bin held more
-//      candidates than the buffer (ties, dead ReLU): exact either way.
-// Output in no particular order, ties at the K-th score by the smaller
-// position (any valid choice); rows of at most K keys return them all.
+//      still open from the candidates (held in shared memory) by the block
+//      radix select on their score keys, or from the row's scores when the
+//      bin held more candidates than that (ties, dead ReLU): exact either way.
+// Output in no particular order, any valid choice among ties at the K-th
+// score; rows of at most K keys return them all.
 #pragma once
+
+#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 
@@ -72,13 +75,18 @@ struct HistStoreSink {
   }
   // The warpgroup's counts of the unit, into the row's histogram (its
   // threads alone meet at a named barrier before and after, so the other
-  // warpgroup's products go on).
+  // warpgroup's products go on); the shared loads unrolled, so their
+  // latencies overlap.
+  // The histograms are zeroed by the kernel launched before (select_zero_
+  // kernel), which this one may overlap: its writes are waited for here.
   template <int R>
   __device__ void finish(Lane<R>&, Shared& sh, std::int64_t t0, int) const {
     const int wg = static_cast<int>(threadIdx.x) / scoring::kWarpgroupThreads - 1;
+    sm90::wait_for_prerequisite_grids();
     sm90::named_barrier_sync(1 + wg, scoring::kWarpgroupThreads);
     std::uint32_t* bins = sh.bins[wg];
     std::uint32_t* row = state + t0 * kSelectStateWords;
+#pragma unroll 8
     for (int b = static_cast<int>(threadIdx.x) % scoring::kWarpgroupThreads; b < kSelectBins;
          b += scoring::kWarpgroupThreads) {
       const std::uint32_t n = bins[b];
@@ -90,6 +98,17 @@ struct HistStoreSink {
     sm90::named_barrier_sync(1 + wg, scoring::kWarpgroupThreads);
   }
 };
+
+// The rows' state zeroed, a CTA a row; the scoring kernel after it is
+// launched programmatically and starts at once (HistStoreSink waits for the
+// zeros before its first addition).
+inline constexpr int kZeroThreads = 256;
+__global__ void __launch_bounds__(kZeroThreads) select_zero_kernel(std::uint32_t* state) {
+  sm90::allow_dependent_launch();
+  uint4* row = reinterpret_cast<uint4*>(state + static_cast<std::int64_t>(blockIdx.x) * kSelectStateWords);
+  static_assert(kSelectStateWords % 4 == 0, "a row's state in 16-byte words");
+  for (int i = static_cast<int>(threadIdx.x); i < kSelectStateWords / 4; i += kZeroThreads) row[i] = uint4{0, 0, 0, 0};
+}
 
 inline constexpr int kSelectThreads = 512;
 inline constexpr int kSelectWarps = kSelectThreads / kWarpSize;
@@ -109,28 +128,48 @@ struct SelectArgs {
   float* values;               // [rows, k] or null
 };
 
-// (score key, inverted position): larger is better, equal scores rank the
-// smaller position first.
-__device__ __forceinline__ std::uint64_t select_key(std::uint32_t key, std::int32_t position) {
-  return (static_cast<std::uint64_t>(key) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(position));
+// A candidate: its score key and position.
+__device__ __forceinline__ std::uint64_t select_entry(std::uint32_t key, std::int32_t position) {
+  return (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(position);
 }
 
+// A part's keys a thread; bin entries the last CTA holds in shared memory.
+inline constexpr int kPerThread = static_cast<int>(kSelectPartKeys) / kSelectThreads;
+static_assert(kPerThread * kSelectThreads == kSelectPartKeys && kPerThread <= 16, "a part: kPerThread keys a thread");
+inline constexpr int kSelectCached = 4096;
+
 __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const SelectArgs a) {
-  __shared__ std::uint32_t bins[kSelectBins];
+  using Scan = cub::BlockScan<std::uint32_t, kSelectThreads>;
+  // The histogram, then (the last CTA, after the filter) the bin's entries.
+  __shared__ std::uint64_t area[kSelectCached];
+  static_assert(kSelectCached * sizeof(std::uint64_t) >= kSelectBins * sizeof(std::uint32_t));
+  std::uint32_t* const bins = reinterpret_cast<std::uint32_t*>(area);
+  std::uint64_t* const cache = area;
   __shared__ std::uint32_t warp_sums[kSelectWarps];
   __shared__ selection::device::BinPick pick;
-  __shared__ selection::device::RadixShared<std::uint64_t> radix;
-  __shared__ std::uint32_t last, taken;
+  __shared__ selection::device::RadixShared<std::uint32_t> radix32;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ std::uint32_t claimed[2], last, taken, tied;
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
   // The scores and the histogram are the scoring kernel's, launched before.
   sm90::wait_for_prerequisite_grids();
+  const float* row = a.scores + r * a.stride;
+  // Part p filters positions [p, p + 1) x kSelectPartKeys of the row's range:
+  // its scores are loaded at once, before the range and the histogram are
+  // known (positions past num_keys, the buffer row's end, are not read).
+  const std::int32_t lo = part * static_cast<std::int32_t>(kSelectPartKeys);
+  float score[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
+    score[u] = i < a.num_keys ? __ldcg(row + i) : 0.0f;
+  }
   const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
   const std::int32_t len = range.end - range.begin;
   std::int32_t* out = a.indices + r * K;
   float* vals = a.values != nullptr ? a.values + r * K : nullptr;
-  const float* row = a.scores + r * a.stride;
   if (len <= K) {  // every position, then -1: part p writes its share of the slots
     const std::int32_t chunk = (K + a.parts - 1) / a.parts;
     const std::int32_t end = min(K, (part + 1) * chunk);
@@ -155,42 +194,41 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::uint32_t need = static_cast<std::uint32_t>(K) - p.above;  // slots the bin fills, 1..p.in
   const bool whole = need == p.in;  // the bin is taken whole: no candidates
 
-  // This part's keys, kUnroll loads a thread in flight; every thread runs
-  // the same iterations (the warp scans need converged warps).
-  const std::int32_t per = ((len + a.parts - 1) / a.parts + 3) / 4 * 4;
-  const std::int32_t lo = range.begin + part * per, hi = min(range.end, lo + per);
-  constexpr int kUnroll = 4;
-  for (std::int32_t base = lo; base < hi; base += kUnroll * kSelectThreads) {
-    float score[kUnroll];
+  // This part's keys classified, then one claim a counter for the whole
+  // CTA: a global atomic's latency once, not once a warp and key.
+  std::uint32_t takes = 0, cands = 0;  // this thread's, as bit masks over u
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int32_t i = base + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
-      score[u] = i < hi ? __ldcg(row + i) : 0.0f;
+  for (int u = 0; u < kPerThread; ++u) {
+    const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
+    const bool inside = i >= range.begin && i < range.end;
+    const std::uint32_t b = score_key_fast(score[u]) >> (32 - kSelectBinBits);
+    if (inside && (b > bin || (whole && b == bin))) takes |= 1u << u;
+    if (inside && !whole && b == bin) cands |= 1u << u;
+  }
+  // Both counts in one scan: takes in the low 16 bits, candidates above
+  // (each at most kSelectPartKeys < 2^16 a CTA).
+  const std::uint32_t mine = static_cast<std::uint32_t>(__popc(takes)) | static_cast<std::uint32_t>(__popc(cands)) << 16;
+  std::uint32_t before = 0, all = 0;
+  Scan(scan).ExclusiveSum(mine, before, all);
+  if (threadIdx.x == 0) {
+    claimed[0] = (all & 0xFFFFu) != 0 ? atomicAdd(counters + kTakenCounter, all & 0xFFFFu) : 0u;
+    claimed[1] = (all >> 16) != 0 ? atomicAdd(counters + kCandidateCounter, all >> 16) : 0u;
+  }
+  __syncthreads();
+  std::uint32_t slot = claimed[0] + (before & 0xFFFFu), entry = claimed[1] + (before >> 16);
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
+    if ((takes >> u) & 1u) {
+      if (slot < static_cast<std::uint32_t>(K)) {
+        out[slot] = i;
+        if (vals != nullptr) vals[slot] = score[u];
+      }
+      ++slot;
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int32_t i = base + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
-      const std::uint32_t key = score_key_fast(score[u]);
-      const std::uint32_t b = key >> (32 - kSelectBinBits);
-      const bool present = i < hi;
-      const bool take = present && (b > bin || (whole && b == bin));
-      const bool candidate = present && !whole && b == bin;
-      std::uint32_t total = 0;
-      const std::uint32_t take_inclusive = selection::device::warp_count_scan(take ? 1u : 0u, total);
-      if (total != 0) {
-        const std::uint32_t slot =
-            selection::device::warp_claim(counters + kTakenCounter, take ? 1u : 0u, take_inclusive);
-        if (take && slot < static_cast<std::uint32_t>(K)) {
-          out[slot] = i;
-          if (vals != nullptr) vals[slot] = score[u];
-        }
-      }
-      const std::uint32_t cand_inclusive = selection::device::warp_count_scan(candidate ? 1u : 0u, total);
-      if (total != 0) {
-        const std::uint32_t c =
-            selection::device::warp_claim(counters + kCandidateCounter, candidate ? 1u : 0u, cand_inclusive);
-        if (candidate && c < a.capacity) a.candidates[r * a.capacity + c] = select_key(key, i);
-      }
+    if ((cands >> u) & 1u) {
+      if (entry < a.capacity) a.candidates[r * a.capacity + entry] = select_entry(score_key_fast(score[u]), i);
+      ++entry;
     }
   }
 
@@ -202,47 +240,59 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     last = atomicAdd(counters + kDoneCounter, 1u) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
     __threadfence();
     taken = 0;
+    tied = 0;
   }
   __syncthreads();
   if (last == 0 || whole) return;  // the same for every thread of the CTA
   const std::uint32_t n = __ldcg(counters + kCandidateCounter);  // the bin's keys: p.in
-  const bool listed = n <= a.capacity;
-  const std::uint64_t* listed_keys = a.candidates + r * a.capacity;
-  // The bin's keys as a key set: the candidates, or the row's keys in the
-  // bin when they did not all fit.
-  const auto bin_keys = [&](auto&& fn) {
-    if (listed) {
+  // The bin's entries into shared memory when they fit (the radix passes
+  // then read them there), else read from the row's scores on every pass.
+  const bool cached = n <= static_cast<std::uint32_t>(kSelectCached) && n <= a.capacity;
+  if (cached) {
+    const std::uint64_t* listed = a.candidates + r * a.capacity;
+    for (std::uint32_t e = threadIdx.x; e < n; e += kSelectThreads) cache[e] = __ldcg(listed + e);
+  }
+  __syncthreads();
+  // The bin's keys as a key set of 32-bit score keys; fn also gets the position.
+  const auto bin_entries = [&](auto&& fn) {
+    if (cached) {
       for (std::uint32_t base = 0; base < n; base += kSelectThreads) {
         const std::uint32_t e = base + threadIdx.x;
-        const bool present = e < n;
-        fn(present ? __ldcg(listed_keys + e) : std::uint64_t{0}, present);
+        const std::uint64_t v = e < n ? cache[e] : 0;
+        fn(static_cast<std::uint32_t>(v >> 32), static_cast<std::int32_t>(static_cast<std::uint32_t>(v)), e < n);
       }
     } else {
       for (std::int32_t base = range.begin; base < range.end; base += kSelectThreads) {
         const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
-        bool present = i < range.end;
-        std::uint64_t key = 0;
-        if (present) {
-          const std::uint32_t k32 = score_key_fast(__ldcg(row + i));
-          key = select_key(k32, i);
-          present = k32 >> (32 - kSelectBinBits) == bin;
-        }
-        fn(key, present);
+        std::uint32_t key = 0;
+        if (i < range.end) key = score_key_fast(__ldcg(row + i));
+        fn(key, i, i < range.end && key >> (32 - kSelectBinBits) == bin);
       }
     }
   };
-  constexpr int kLowBits = 64 - kSelectBinBits;
-  const std::uint64_t bin_lo = static_cast<std::uint64_t>(bin) << kLowBits;
-  const std::uint64_t bin_hi = bin_lo | ((std::uint64_t{1} << kLowBits) - 1);
-  // Keys are distinct (positions differ), so the top `need` are exactly the
-  // keys at or above the cut, whether or not the sweep stopped at a whole bin.
-  const selection::device::RadixResult<std::uint64_t> cut =
-      selection::device::block_radix_select<true>(bin_keys, need, radix, bin_lo, bin_hi);
-  bin_keys([&](std::uint64_t key, bool present) {
-    if (!present || key < cut.kth_key) return;
-    const std::uint32_t slot = p.above + atomicAdd(&taken, 1u);
+  const auto bin_keys = [&](auto&& fn) {
+    bin_entries([&](std::uint32_t key, std::int32_t, bool present) { fn(key, present); });
+  };
+  constexpr int kLowBits = 32 - kSelectBinBits;
+  const std::uint32_t bin_lo = bin << kLowBits;
+  const std::uint32_t bin_hi = bin_lo | ((1u << kLowBits) - 1);
+  const selection::device::RadixResult<std::uint32_t> cut =
+      selection::device::block_radix_select<true>(bin_keys, need, radix32, bin_lo, bin_hi);
+  // The top `need` of the bin: its keys above the K-th (or, after a whole
+  // digit bin, at or above the bin's least key), then ties with the K-th
+  // up to take_equal (any of them: any-tie selection).
+  bin_entries([&](std::uint32_t key, std::int32_t i, bool present) {
+    if (!present) return;
+    std::uint32_t at = ~0u;
+    if (cut.whole_bin ? key >= cut.kth_key : key > cut.kth_key) {
+      at = atomicAdd(&taken, 1u);
+    } else if (!cut.whole_bin && key == cut.kth_key) {
+      const std::uint32_t tie = atomicAdd(&tied, 1u);
+      if (tie < cut.take_equal) at = atomicAdd(&taken, 1u);
+    }
+    if (at == ~0u) return;
+    const std::uint32_t slot = p.above + at;
     if (slot >= static_cast<std::uint32_t>(K)) return;
-    const auto i = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key));
     out[slot] = i;
     if (vals != nullptr) vals[slot] = __ldcg(row + i);
   });

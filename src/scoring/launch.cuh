@@ -37,9 +37,12 @@ inline bool scoring_launches(const IndexerInputs& in) { return in.num_queries > 
 // ranges are positions within each row's request (scoring_kernel.cuh).
 // kCols: the block's (query, head) columns (Shape); narrower blocks than
 // kTileCols only with PagedKeys, whose requests fill them.
+// programmatic: launched with programmatic stream serialization, so its CTAs
+// may start before the kernel ahead of it in the stream ends (a sink that
+// needs that kernel's writes waits for them: wait_for_prerequisite_grids).
 template <int kHeads, class Sink, class Keys = ContiguousKeys, int kCols = kTileCols>
 Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream,
-                      const Keys& source = {}) {
+                      const Keys& source = {}, bool programmatic = false) {
   if (!scoring_launches(in)) return Status::Ok();
   CUtensorMap q_map, k_map, scale_map;
   Status st = sm90::make_tensor_map_rows_sw128(&q_map, in.q, static_cast<std::uint64_t>(source.q_rows(in.num_queries)) * kHeads,
@@ -72,9 +75,24 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   if (per_sm < 1) return {StatusCode::kCudaError, "scoring kernel: no CTA fits on an SM"};
   const int sm_count = limits.sm_count;
   const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys};
-  kernel<<<static_cast<unsigned>(sm_count * per_sm), kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args,
-                                                                                       sink, source);
-  const cudaError_t err = cudaGetLastError();
+  const auto grid = static_cast<unsigned>(sm_count * per_sm);
+  cudaError_t err = cudaSuccess;
+  if (programmatic) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    err = cudaLaunchKernelEx(&cfg, kernel, q_map, k_map, scale_map, args, sink, source);
+  } else {
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, scale_map, args, sink, source);
+    err = cudaGetLastError();
+  }
   return err == cudaSuccess ? Status::Ok() : scoring_cuda_error(err, "scoring kernel launch");
 }
 
