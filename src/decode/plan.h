@@ -39,11 +39,11 @@ inline constexpr int kSelectBins = 1 << kSelectBinBits;
 // A row's counters: slots taken so far, candidates appended, CTAs done.
 enum SelectCounter : int { kTakenCounter = 0, kCandidateCounter = 1, kDoneCounter = 2, kSelectCounters = 4 };
 inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
-// Keys a CTA of the select kernel filters at most (its part of a row: one
-// load a thread and 512 threads), and the most CTAs a row gets: contexts of
+// Keys a CTA of the select kernel filters at most (its part of a row: 16
+// loads a thread, 512 threads), and the most CTAs a row gets: contexts of
 // up to 1M keys select in the fused way.
-inline constexpr std::int64_t kSelectPartKeys = 4096;
-inline constexpr std::int64_t kSelectMaxParts = 256;
+inline constexpr std::int64_t kSelectPartKeys = 8192;
+inline constexpr std::int64_t kSelectMaxParts = 128;
 // Launch rows up to which a plan with one-token requests selects in the
 // fused way rather than through the standalone top-k.
 inline constexpr std::int64_t kFusedSelectMaxRows = 64;

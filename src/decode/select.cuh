@@ -13,9 +13,10 @@
 //      claim a CTA), keys in the bin are appended as candidates, (score
 //      key, position) pairs.
 //   3. The row's last CTA to finish (a counter a row) selects the slots
-//      still open from the candidates (held in shared memory) by the block
-//      radix select on their score keys, or from the row's scores when the
-//      bin held more candidates than that (ties, dead ReLU): exact either way.
+//      still open from the candidates (in shared memory when they fit) by
+//      the block radix select on their score keys, or from the row's scores
+//      when the bin held more than the buffer (ties, dead ReLU): exact
+//      either way.
 // Output in no particular order, any valid choice among ties at the K-th
 // score; rows of at most K keys return them all.
 #pragma once
@@ -166,6 +167,13 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
     score[u] = i < a.num_keys ? __ldcg(row + i) : 0.0f;
   }
+  // The histogram's counts too, before the range is known.
+  std::uint32_t* state = a.state + r * kSelectStateWords;
+  std::uint32_t* counters = state + kSelectBins;
+  constexpr int kBinsPerThread = kSelectBins / kSelectThreads;
+  std::uint32_t count[kBinsPerThread];
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) count[j] = __ldcg(state + j * kSelectThreads + threadIdx.x);
   const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
   const std::int32_t len = range.end - range.begin;
   std::int32_t* out = a.indices + r * K;
@@ -180,13 +188,10 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     }
     return;
   }
-  std::uint32_t* state = a.state + r * kSelectStateWords;
-  std::uint32_t* counters = state + kSelectBins;
   // The histogram, top bin first (pick_striped_bin's order); it counts the
   // row's len > K keys, so the pick exists.
-  for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += kSelectThreads) {
-    bins[kSelectBins - 1 - i] = __ldcg(state + i);
-  }
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) bins[kSelectBins - 1 - (j * kSelectThreads + threadIdx.x)] = count[j];
   __syncthreads();
   const selection::device::BinPick p = selection::device::pick_striped_bin<kSelectWarps, kSelectBins / kSelectThreads>(
       bins, warp_sums, pick, static_cast<std::uint32_t>(K));
@@ -245,20 +250,22 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   __syncthreads();
   if (last == 0 || whole) return;  // the same for every thread of the CTA
   const std::uint32_t n = __ldcg(counters + kCandidateCounter);  // the bin's keys: p.in
-  // The bin's entries into shared memory when they fit (the radix passes
-  // then read them there), else read from the row's scores on every pass.
-  const bool cached = n <= static_cast<std::uint32_t>(kSelectCached) && n <= a.capacity;
+  // The bin's entries: in shared memory when they fit (the radix passes
+  // then read them there), else from the candidate buffer (L2) when they
+  // all fit there, else from the row's scores on every pass.
+  const std::uint64_t* listed = a.candidates + r * a.capacity;
+  const bool in_buffer = n <= a.capacity;
+  const bool cached = in_buffer && n <= static_cast<std::uint32_t>(kSelectCached);
   if (cached) {
-    const std::uint64_t* listed = a.candidates + r * a.capacity;
     for (std::uint32_t e = threadIdx.x; e < n; e += kSelectThreads) cache[e] = __ldcg(listed + e);
   }
   __syncthreads();
   // The bin's keys as a key set of 32-bit score keys; fn also gets the position.
   const auto bin_entries = [&](auto&& fn) {
-    if (cached) {
+    if (in_buffer) {
       for (std::uint32_t base = 0; base < n; base += kSelectThreads) {
         const std::uint32_t e = base + threadIdx.x;
-        const std::uint64_t v = e < n ? cache[e] : 0;
+        const std::uint64_t v = e < n ? (cached ? cache[e] : __ldcg(listed + e)) : 0;
         fn(static_cast<std::uint32_t>(v >> 32), static_cast<std::int32_t>(static_cast<std::uint32_t>(v)), e < n);
       }
     } else {

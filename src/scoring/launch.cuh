@@ -39,7 +39,10 @@ inline bool scoring_launches(const IndexerInputs& in) { return in.num_queries > 
 // kTileCols only with PagedKeys, whose requests fill them.
 // programmatic: launched with programmatic stream serialization, so its CTAs
 // may start before the kernel ahead of it in the stream ends (a sink that
-// needs that kernel's writes waits for them: wait_for_prerequisite_grids).
+// needs that kernel's writes waits for them: wait_for_prerequisite_grids),
+// one CTA fewer than the SMs hold: a small kernel ahead of it runs on the
+// SM left over instead of delaying one CTA's start, and so every CTA's end
+// (the runs are equal).
 template <int kHeads, class Sink, class Keys = ContiguousKeys, int kCols = kTileCols>
 Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, const Sink& sink, CUstream_st* stream,
                       const Keys& source = {}, bool programmatic = false) {
@@ -75,7 +78,7 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   if (per_sm < 1) return {StatusCode::kCudaError, "scoring kernel: no CTA fits on an SM"};
   const int sm_count = limits.sm_count;
   const ScoresArgs args{in.w, in.ks, in.ke, row_mask, in.num_queries, in.num_keys};
-  const auto grid = static_cast<unsigned>(sm_count * per_sm);
+  const auto grid = static_cast<unsigned>(sm_count * per_sm - (programmatic && sm_count * per_sm > 1 ? 1 : 0));
   cudaError_t err = cudaSuccess;
   if (programmatic) {
     cudaLaunchAttribute attr{};

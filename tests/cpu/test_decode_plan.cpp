@@ -208,10 +208,11 @@ TEST(DecodePlan, LengthsAsRangesForOneTokenRequests) {
 TEST(DecodePlan, FusedSelectForFewOneTokenRequests) {
   const PagedPlan one = make_plan(shape(1, 1, 64, 2048));  // 1 x 128K
   EXPECT_TRUE(one.fused_select);
-  EXPECT_EQ(one.select_parts, 32);  // 4K keys a CTA
+  EXPECT_EQ(one.select_parts, 16);  // 8K keys a CTA
   EXPECT_EQ(one.select_capacity, 131072 / 8);
   EXPECT_EQ(make_plan(shape(1, 1, 64, 16384)).select_parts, kSelectMaxParts);  // 1M keys
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385)).fused_select);  // a part would hold more than kSelectPartKeys
+  EXPECT_EQ(make_plan(shape(1, 1, 64, 129)).select_parts, 2);                  // 8256 keys
   EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_parts, 1);                   // 2112 keys
   EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_capacity, 2112);             // the whole row at most
   EXPECT_TRUE(make_plan(shape(kFusedSelectMaxRows, 1, 64, 100)).fused_select);
