@@ -310,11 +310,16 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
 // wait_tile.
 template <int kN>
 __device__ __forceinline__ void issue_tile(float (&acc)[kN], const std::uint8_t* keys, const std::uint8_t* q) {
+  // Each k-step's descriptors by one add from the tile's (the address
+  // arithmetic of a descriptor per k-step is integer work the warpgroup
+  // issues beside the other's products).
+  const std::uint64_t key_desc = sm90::smem_desc_k128_sw128(keys, 0);
+  const std::uint64_t q_desc = sm90::smem_desc_k128_sw128(q, 0);
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
-    sm90::wgmma_m64k32_e4m3<2 * kN>(acc, sm90::smem_desc_k128_sw128(keys, 32 * k),
-                                    sm90::smem_desc_k128_sw128(q, 32 * k), k > 0);
+    sm90::wgmma_m64k32_e4m3<2 * kN>(acc, sm90::smem_desc_advance(key_desc, 32 * k),
+                                    sm90::smem_desc_advance(q_desc, 32 * k), k > 0);
   }
   sm90::wgmma_commit();
   sm90::fence_registers(acc);  // acc stays in place while the product runs

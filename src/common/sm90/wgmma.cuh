@@ -21,6 +21,14 @@ __device__ __forceinline__ std::uint64_t smem_desc_k128_sw128(const void* tile, 
   return desc;
 }
 
+// The descriptor of the same tile `k_bytes` further on: the start address
+// field holds (address & 0x3FFFF) >> 4, and shared addresses stay below
+// 2^18 (228 KB), so a 16-byte multiple adds to the field without a carry.
+// One add instead of rebuilding the descriptor from the address.
+__device__ __forceinline__ std::uint64_t smem_desc_advance(std::uint64_t desc, std::uint32_t k_bytes) {
+  return desc + (k_bytes >> 4);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
