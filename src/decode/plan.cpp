@@ -67,12 +67,14 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p) {
   const auto request_bytes = static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
   plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
                                                     std::max<std::int64_t>(p.batch, 1))};
-  plan.fused_select = plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 && p.options.ties == TieBreak::kAny && !p.options.sorted &&
-                      !p.physical_slots && plan.batches.per_batch <= kFusedSelectMaxRows &&
-                      p.max_context() > p.options.k && p.max_context() <= kSelectMaxParts * kSelectPartKeys;
+  const std::int64_t n = p.max_context();
+  const std::int64_t parts = (n + kSelectPartKeys - 1) / kSelectPartKeys;
+  plan.fused_select = plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
+                      p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots &&
+                      n >= kFusedSelectMinKeys && parts <= kSelectMaxParts &&
+                      plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
   if (plan.fused_select) {
-    const std::int64_t n = p.max_context();
-    plan.select_parts = (n + kSelectPartKeys - 1) / kSelectPartKeys;  // at most kSelectMaxParts
+    plan.select_parts = parts;
     // The K-th key's bin holds ~1 % of a model-like row; an eighth of the
     // row leaves room for far more before the slow path.
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));

@@ -44,9 +44,13 @@ inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
 // up to 1M keys select in the fused way.
 inline constexpr std::int64_t kSelectPartKeys = 8192;
 inline constexpr std::int64_t kSelectMaxParts = 128;
-// Launch rows up to which a plan with one-token requests selects in the
-// fused way rather than through the standalone top-k.
-inline constexpr std::int64_t kFusedSelectMaxRows = 64;
+// Where the fused selection is faster than the standalone top-k (A/B,
+// docs/perf-log.md D12-D14): contexts of at least kFusedSelectMinKeys keys
+// and at most kFusedSelectMaxCtas select CTAs a batch (1 x 128K to 2 x 1M
+// measured; 32 x 128K and 4 x 1M, 512 CTAs, were slower, and so were
+// contexts of 8K-32K, where the standalone top-k holds a row in one CTA).
+inline constexpr std::int64_t kFusedSelectMinKeys = 131072;
+inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
 
 // Requests a launch can give the same zero range starts (a constant device
 // array of this many zeros, decode.cu) when the plan reads lengths as ranges.
@@ -73,7 +77,8 @@ struct PagedPlan {
   // context_lens as ke and kZeroStartRows zeros as ks, and the call
   // launches no prepare kernel and takes no ks / ke workspace.
   bool ranges_from_lengths = false;
-  // Reading lengths as ranges, with any-tie unsorted positions and few rows:
+  // Reading lengths as ranges, with any-tie unsorted positions, long
+  // contexts and few rows (kFusedSelectMinKeys, kFusedSelectMaxCtas):
   // the scoring kernel also counts each row's score keys by their top bits
   // (HistStoreSink, decode/select.cuh), and the select kernel takes every
   // key above the K-th key's bin and resolves that bin from the candidates

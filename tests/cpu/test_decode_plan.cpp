@@ -204,24 +204,25 @@ TEST(DecodePlan, LengthsAsRangesForOneTokenRequests) {
 }
 
 // The fused selection: one-token requests read as ranges, any-tie unsorted
-// positions, at most kFusedSelectMaxRows rows a batch and contexts past K.
-TEST(DecodePlan, FusedSelectForFewOneTokenRequests) {
+// positions, contexts of 128K keys and more, at most kFusedSelectMaxCtas
+// select CTAs.
+TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   const PagedPlan one = make_plan(shape(1, 1, 64, 2048));  // 1 x 128K
   EXPECT_TRUE(one.fused_select);
   EXPECT_EQ(one.select_parts, 16);  // 8K keys a CTA
   EXPECT_EQ(one.select_capacity, 131072 / 8);
   EXPECT_EQ(make_plan(shape(1, 1, 64, 16384)).select_parts, kSelectMaxParts);  // 1M keys
+  EXPECT_TRUE(make_plan(shape(2, 1, 64, 16384)).fused_select);                 // 256 CTAs
+  EXPECT_FALSE(make_plan(shape(3, 1, 64, 16384)).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385)).fused_select);  // a part would hold more than kSelectPartKeys
-  EXPECT_EQ(make_plan(shape(1, 1, 64, 129)).select_parts, 2);                  // 8256 keys
-  EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_parts, 1);                   // 2112 keys
-  EXPECT_EQ(make_plan(shape(1, 1, 64, 33)).select_capacity, 2112);             // the whole row at most
-  EXPECT_TRUE(make_plan(shape(kFusedSelectMaxRows, 1, 64, 100)).fused_select);
-  EXPECT_FALSE(make_plan(shape(kFusedSelectMaxRows + 1, 1, 64, 100)).fused_select);
-  EXPECT_FALSE(make_plan(shape(1, 1, 64, 32)).fused_select);  // 2048 keys at most: no row has more than K
-  EXPECT_FALSE(make_plan(shape(1, 2, 64, 100)).fused_select);
-  EXPECT_FALSE(make_plan(shape(1, 1, 32, 100)).fused_select);
+  EXPECT_TRUE(make_plan(shape(16, 1, 64, 2048)).fused_select);   // 16 x 128K: 256 CTAs
+  EXPECT_FALSE(make_plan(shape(17, 1, 64, 2048)).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 2047)).fused_select);  // shorter than kFusedSelectMinKeys
+  EXPECT_EQ(make_plan(shape(1, 1, 64, 2049)).select_parts, 17);
+  EXPECT_FALSE(make_plan(shape(1, 2, 64, 2048)).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 32, 2048)).fused_select);
   for (int variant = 0; variant < 3; ++variant) {
-    PagedIndexerTopkParams p = shape(4, 1, 64, 100);
+    PagedIndexerTopkParams p = shape(4, 1, 64, 2048);
     if (variant == 0) p.options.ties = TieBreak::kSmallestIndex;
     if (variant == 1) p.options.sorted = true;
     if (variant == 2) p.physical_slots = true;

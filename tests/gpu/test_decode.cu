@@ -240,34 +240,35 @@ TEST(DecodeGpu, PagedLongContextAndManyRequests) {
 }
 
 // The fused selection (one token a request, H = 64, any ties, unsorted
-// positions, few rows): every distribution at lengths around K and long
-// ones, ragged in one batch; its candidates' overflow (ties, dead ReLU) goes
-// through the scores.
+// positions, contexts of 128K keys and more, few rows): every distribution
+// at lengths around K and long ones, ragged in one batch; its candidates'
+// overflow (ties, dead ReLU) goes through the scores.
 TEST(DecodeGpu, FusedSelectEveryDistributionAndLength) {
   std::uint64_t seed = 300;
   for (Distribution dist : tools::all_distributions()) {
     for (int K : {512, 2048}) {
       for (int bs : {16, 64}) {
         expect_matches_prefill(
-            paged_spec(dist, 8, 1, 64, bs, {0, 1, K - 1, K, K + 1, 5000, 40000, 130000}, false, seed), K);
+            paged_spec(dist, 8, 1, 64, bs, {0, 1, K - 1, K, K + 1, 5000, 40000, 140000}, false, seed), K);
         ++seed;
       }
     }
   }
 }
 
-// Small enough for the sanitizers: a bin that overflows the candidates (a
-// ties row of 9000 keys, all-zero queries score every key alike), one that
-// does not, and a row of K + 1 keys.
+// Small enough for the sanitizers, long enough for the fused route: ties
+// (all-zero queries score every key alike, a bin that overflows the
+// candidates), a row of K + 1 keys, model-like rows.
 TEST(DecodeGpu, FusedSelectSmall) {
-  expect_matches_prefill(paged_spec(Distribution::kTies, 3, 1, 64, 64, {9000, 3000, 513}, false, 301), 512);
-  expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 32, {5000, 2049}, false, 302), 2048);
+  expect_matches_prefill(paged_spec(Distribution::kTies, 3, 1, 64, 64, {131072, 3000, 513}, false, 301), 512);
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 32, {131072, 2049}, false, 302), 2048);
 }
 
 TEST(DecodeGpu, FusedSelectManyRowsAndLongContext) {
-  expect_matches_prefill(paged_spec(Distribution::kModelLike, 64, 1, 64, 64, ragged(64, 0, 30000, 310), false, 310),
-                         2048);
-  expect_matches_prefill(paged_spec(Distribution::kTies, 64, 1, 64, 64, ragged(64, 1000, 9000, 311), false, 311), 1024);
+  std::vector<std::int32_t> lens = ragged(14, 0, 140000, 310);
+  lens[0] = 140000;  // 14 rows of 18 parts: 252 CTAs
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 14, 1, 64, 64, lens, false, 310), 2048);
+  expect_matches_prefill(paged_spec(Distribution::kTies, 14, 1, 64, 64, lens, false, 311), 1024);
   expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {1048576, 300000}, false, 312), 2048);
   expect_matches_prefill(paged_spec(Distribution::kDeadRelu, 1, 1, 64, 64, {1048576}, false, 313), 2048);
 }
@@ -276,7 +277,7 @@ TEST(DecodeGpu, FusedSelectManyRowsAndLongContext) {
 // fused selection too: NaN as -inf, +inf above everything.
 TEST(DecodeGpu, FusedSelectNonFiniteScores) {
   PagedProblem p =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {60000, 9000, 4000}, false, 320));
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {140000, 9000, 4000}, false, 320));
   const std::size_t block_bytes = p.kv_cache.size() / static_cast<std::size_t>(p.num_blocks);
   const auto plant = [&](std::int64_t b, std::int32_t from, std::int32_t to, float scale) {
     for (std::int32_t pos = from; pos < to; ++pos) {
@@ -298,16 +299,16 @@ TEST(DecodeGpu, FusedSelectNonFiniteScores) {
 TEST(DecodeGpu, FusedSelectGraphReplay) {
   const int K = 2048;
   const PagedProblem a =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 70000}, false, 330));
-  PagedProblem b = tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 70000}, false, 331));
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 140000}, false, 330));
+  PagedProblem b = tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 140000}, false, 331));
   b.block_table = a.block_table;
-  b.context_lens = {1000, 2049, 65000};
+  b.context_lens = {1000, 2049, 135000};
   {
     // b's keys laid out through a's table (the graph holds a's buffers).
     PagedProblem laid = a;
     const std::size_t block_bytes = a.kv_cache.size() / static_cast<std::size_t>(a.num_blocks);
     const PagedProblem fresh =
-        tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 70000}, false, 331));
+        tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 140000}, false, 331));
     for (std::int64_t r = 0; r < 3; ++r) {
       for (std::int64_t e = 0; e < a.max_blocks_per_seq; ++e) {
         const std::int32_t from = fresh.block_table[r * fresh.block_table_stride + e];
