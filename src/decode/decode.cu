@@ -340,7 +340,7 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const Status st = scoring::launch_scoring<64, HistStoreSink, scoring::PagedKeys, 64>(
-      in, nullptr, HistStoreSink{scores, plan.score_stride, state}, stream, keys, /*programmatic=*/true);
+      in, nullptr, HistStoreSink{{scores, plan.score_stride}, state}, stream, keys, /*programmatic=*/true);
   if (!st.ok()) return st;
   const SelectArgs args{scores,
                         plan.score_stride,
@@ -354,9 +354,7 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
                         k,
                         indices,
                         values};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr = sm90::programmatic_serialization();
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(in.num_queries * plan.select_parts));
   cfg.blockDim = dim3(kSelectThreads);

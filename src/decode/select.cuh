@@ -32,17 +32,20 @@
 #include "decode/plan.h"
 #include "scoring/config.h"
 #include "scoring/epilogue.cuh"
+#include "scoring/scoring_kernel.cuh"
 #include "selection/device/radix.cuh"
 
 namespace dsa::decode {
+
+// A score's histogram bin: its key's top kSelectBinBits bits.
+__device__ __forceinline__ std::uint32_t select_bin(std::uint32_t key) { return key >> (32 - kSelectBinBits); }
 
 // StoreSink's scores and each row's histogram of score-key bins. Blocks of
 // one query (H = 64, one token a request): a unit's block t0 is launch row
 // t0, the row of the histogram it adds into.
 struct HistStoreSink {
-  float* scores;  // [rows, stride]
-  std::int64_t stride;
-  std::uint32_t* state;  // [rows, kSelectStateWords]: the histogram first, zero at launch
+  scoring::StoreSink store;  // the scores, as indexer_scores writes them
+  std::uint32_t* state;      // [rows, kSelectStateWords]: the histogram first, zero at launch
   struct Shared {
     std::uint32_t bins[scoring::kMathWarpgroups][kSelectBins];
   };
@@ -61,16 +64,15 @@ struct HistStoreSink {
   template <int R>
   __device__ __forceinline__ void put(Lane<R>&, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
+    scoring::StoreSink::Lane<R> none;
+    scoring::StoreSink::Shared unused;
+    store.put(none, unused, t0, lane, key, score, valid);
     std::uint32_t* bins = sh.bins[threadIdx.x / scoring::kWarpgroupThreads - 1];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      float* out_row = scores + (t0 + lane % 4 + 4 * r) * stride;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (valid[r][half]) {
-          out_row[key[half]] = score[r][half];
-          atomicAdd(&bins[score_key_fast(score[r][half]) >> (32 - kSelectBinBits)], 1u);
-        }
+        if (valid[r][half]) atomicAdd(&bins[select_bin(score_key_fast(score[r][half]))], 1u);
       }
     }
   }
@@ -195,7 +197,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   __syncthreads();
   const selection::device::BinPick p = selection::device::pick_striped_bin<kSelectWarps, kSelectBins / kSelectThreads>(
       bins, warp_sums, pick, static_cast<std::uint32_t>(K));
-  const std::uint32_t bin = kSelectBins - 1 - p.bin;  // the K-th key's: key >> (32 - kSelectBinBits)
+  const std::uint32_t bin = kSelectBins - 1 - p.bin;  // the K-th key's select_bin
   const std::uint32_t need = static_cast<std::uint32_t>(K) - p.above;  // slots the bin fills, 1..p.in
   const bool whole = need == p.in;  // the bin is taken whole: no candidates
 
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   for (int u = 0; u < kPerThread; ++u) {
     const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
     const bool inside = i >= range.begin && i < range.end;
-    const std::uint32_t b = score_key_fast(score[u]) >> (32 - kSelectBinBits);
+    const std::uint32_t b = select_bin(score_key_fast(score[u]));
     if (inside && (b > bin || (whole && b == bin))) takes |= 1u << u;
     if (inside && !whole && b == bin) cands |= 1u << u;
   }
@@ -273,7 +275,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
         const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
         std::uint32_t key = 0;
         if (i < range.end) key = score_key_fast(__ldcg(row + i));
-        fn(key, i, i < range.end && key >> (32 - kSelectBinBits) == bin);
+        fn(key, i, i < range.end && select_bin(key) == bin);
       }
     }
   };

@@ -11,6 +11,7 @@
 
 #include "common/cuda_status.h"
 #include "common/launch_cache.h"
+#include "common/sm90/grid_dependency.cuh"
 #include "common/sm90/tma.h"
 #include "dsa_topk/dsa_topk.h"
 #include "scoring/scoring.h"
@@ -81,9 +82,7 @@ Status launch_scoring(const IndexerInputs& in, const std::uint32_t* row_mask, co
   const auto grid = static_cast<unsigned>(sm_count * per_sm - (programmatic && sm_count * per_sm > 1 ? 1 : 0));
   cudaError_t err = cudaSuccess;
   if (programmatic) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr = sm90::programmatic_serialization();
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(kThreads);

@@ -5,7 +5,18 @@
 // Both instructions are no-ops in a kernel launched without the attribute.
 #pragma once
 
+#include <cuda_runtime.h>
+
 namespace dsa::sm90 {
+
+// Host: the launch attribute that makes a launch programmatic (its kernel
+// may start before the one ahead of it in the stream ends).
+inline cudaLaunchAttribute programmatic_serialization() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
 
 // Lets the next kernel in the stream, if launched programmatically, have its
 // CTAs scheduled as SMs free up. It promises nothing about this kernel's

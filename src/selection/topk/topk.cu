@@ -11,6 +11,7 @@
 
 #include "common/cuda_status.h"
 #include "common/launch_cache.h"
+#include "common/sm90/grid_dependency.cuh"
 #include "selection/topk/cluster_kernel.cuh"
 #include "selection/topk/config.h"
 #include "selection/topk/plan.h"
@@ -75,11 +76,7 @@ cudaLaunchConfig_t launch_config(const TopkPlan& plan, const Instance& inst, std
     a.val.clusterDim.y = 1;
     a.val.clusterDim.z = 1;
   }
-  if (programmatic) {
-    cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
-    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a.val.programmaticStreamSerializationAllowed = 1;
-  }
+  if (programmatic) attrs[cfg.numAttrs++] = sm90::programmatic_serialization();
   return cfg;
 }
 
