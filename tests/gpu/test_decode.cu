@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <utility>
@@ -205,6 +206,53 @@ std::vector<std::int32_t> ragged(int n, std::int32_t lo, std::int32_t hi, std::u
   return out;
 }
 
+// indexer_topk_paged(first's shape, options) captured once in a CUDA graph
+// (ranges unchecked, as engines run it), then replayed for each problem in
+// `replays` with its data uploaded into the same buffers: check(problem,
+// result) after each replay (indices, and values).
+template <class Check>
+void expect_graph_replays(const PagedProblem& first, const SelectOptions& options,
+                          std::initializer_list<const PagedProblem*> replays, Check check) {
+  const int K = options.k;
+  DevicePaged d(first);
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(first.rows()) * K);
+  DeviceArray<float> values(static_cast<std::size_t>(first.rows()) * K);
+  const PagedIndexerTopkParams p = d.params(indices.get(), values.get(), options, false);
+  std::size_t bytes = 0;
+  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ExecutionContext ctx;
+  ctx.backend = Backend::kCuda;
+  ctx.stream = stream;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = bytes;
+  ctx.check_ranges = false;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status st = indexer_topk_paged(p, ctx);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (const PagedProblem* now : replays) {
+    d.q.upload(now->q);
+    d.cache.upload(now->kv_cache);
+    d.table.upload(now->block_table);
+    d.lens.upload(now->context_lens);
+    d.w.upload(now->w);
+    indices.poison();
+    values.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    check(*now, Result{indices.download(), values.download()});
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST(DecodeGpu, PagedMatchesPrefillEveryBlockSizeAndNextN) {
   for (int bs : {16, 32, 64, 128}) {
     for (int next_n : {1, 2, 4, 8}) {
@@ -295,71 +343,33 @@ TEST(DecodeGpu, FusedSelectNonFiniteScores) {
 }
 
 // The fused selection under a CUDA graph, replayed with new lengths (across K
-// too) and new keys in the same buffers.
+// too), queries, weights and keys in the same buffers.
 TEST(DecodeGpu, FusedSelectGraphReplay) {
   const int K = 2048;
   const PagedProblem a =
       tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 140000}, false, 330));
-  PagedProblem b = tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 140000}, false, 331));
-  b.block_table = a.block_table;
+  // b: a ties problem of the same shape, its blocks moved to where a's table
+  // puts them (the graph holds a's table).
+  const PagedProblem ties =
+      tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 140000}, false, 331));
+  PagedProblem b = a;
+  b.q = ties.q;
+  b.w = ties.w;
   b.context_lens = {1000, 2049, 135000};
-  {
-    // b's keys laid out through a's table (the graph holds a's buffers).
-    PagedProblem laid = a;
-    const std::size_t block_bytes = a.kv_cache.size() / static_cast<std::size_t>(a.num_blocks);
-    const PagedProblem fresh =
-        tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 64, {30000, 2500, 140000}, false, 331));
-    for (std::int64_t r = 0; r < 3; ++r) {
-      for (std::int64_t e = 0; e < a.max_blocks_per_seq; ++e) {
-        const std::int32_t from = fresh.block_table[r * fresh.block_table_stride + e];
-        const std::int32_t to = a.block_table[r * a.block_table_stride + e];
-        if (from < 0 || from >= fresh.num_blocks || to < 0 || to >= a.num_blocks) continue;
-        std::copy_n(fresh.kv_cache.begin() + from * block_bytes, block_bytes, laid.kv_cache.begin() + to * block_bytes);
-      }
+  const std::size_t block_bytes = a.kv_cache.size() / static_cast<std::size_t>(a.num_blocks);
+  for (std::int64_t r = 0; r < a.B; ++r) {
+    for (std::int64_t e = 0; e < a.max_blocks_per_seq; ++e) {
+      const std::int32_t from = ties.block_table[r * ties.block_table_stride + e];
+      const std::int32_t to = a.block_table[r * a.block_table_stride + e];
+      if (from < 0 || from >= ties.num_blocks || to < 0 || to >= a.num_blocks) continue;
+      std::copy_n(ties.kv_cache.begin() + from * block_bytes, block_bytes, b.kv_cache.begin() + to * block_bytes);
     }
-    b.kv_cache = laid.kv_cache;
-    b.num_blocks = a.num_blocks;
   }
-  DevicePaged d(a);
-  const SelectOptions any = make_options(K);
   const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
-  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(a.B) * K);
-  DeviceArray<float> values(static_cast<std::size_t>(a.B) * K);
-  const PagedIndexerTopkParams p = d.params(indices.get(), values.get(), any, false);
-  std::size_t bytes = 0;
-  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
-  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  ExecutionContext ctx;
-  ctx.backend = Backend::kCuda;
-  ctx.stream = stream;
-  ctx.workspace = ws.get();
-  ctx.workspace_bytes = bytes;
-  ctx.check_ranges = false;
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status st = indexer_topk_paged(p, ctx);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  const PagedProblem* const replays[] = {&a, &b, &a, &b};
-  for (const PagedProblem* now : replays) {
-    d.q.upload(now->q);
-    d.cache.upload(now->kv_cache);
-    d.lens.upload(now->context_lens);
-    d.w.upload(now->w);
-    indices.poison();
-    values.poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const tools::IndexerProblem view = tools::contiguous_view(*now);
-    expect_valid_any(view, {indices.download(), values.download()}, run_prefill(view, det), K);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  expect_graph_replays(a, make_options(K), {&a, &b, &a, &b}, [&](const PagedProblem& now, const Result& got) {
+    const tools::IndexerProblem view = tools::contiguous_view(now);
+    expect_valid_any(view, got, run_prefill(view, det), K);
+  });
 }
 
 TEST(DecodeGpu, PagedDeterministicAcrossRunsAndBatches) {
@@ -402,44 +412,10 @@ TEST(DecodeGpu, PagedGraphReplayWithNewLengthsAndTables) {
   }
   std::reverse(b.q.begin(), b.q.end());
   std::reverse(b.w.begin(), b.w.end());
-  DevicePaged d(a);
   const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
-  const std::int64_t rows = a.B * a.next_n;
-  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(rows) * K);
-  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, det, false);
-  std::size_t bytes = 0;
-  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
-  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  ExecutionContext ctx;
-  ctx.backend = Backend::kCuda;
-  ctx.stream = stream;
-  ctx.workspace = ws.get();
-  ctx.workspace_bytes = bytes;
-  ctx.check_ranges = false;
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status st = indexer_topk_paged(p, ctx);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  const PagedProblem* const replays[] = {&a, &b, &a};
-  for (const PagedProblem* now : replays) {
-    d.q.upload(now->q);
-    d.cache.upload(now->kv_cache);
-    d.table.upload(now->block_table);
-    d.lens.upload(now->context_lens);
-    d.w.upload(now->w);
-    indices.poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(indices.download(), run_prefill(tools::contiguous_view(*now), det).indices);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  expect_graph_replays(a, det, {&a, &b, &a}, [&](const PagedProblem& now, const Result& got) {
+    EXPECT_EQ(got.indices, run_prefill(tools::contiguous_view(now), det).indices);
+  });
 }
 
 TEST(DecodeGpu, UncheckedBadInputStaysInBounds) {
