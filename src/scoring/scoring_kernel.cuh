@@ -415,8 +415,11 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
       wait_tile(acc);
       const float scale_lo = smem.key_scale[st.stage][row];
       const float scale_hi = smem.key_scale[st.stage][row + 8];
-      __syncwarp();
-      if (lane == 0) smem.pipeline.consumer_release(st);  // a warpgroup's warps release a stage
+      // Every math thread releases the stage after its own reads of the
+      // scales: one lane a warp after __syncwarp orders them too, but
+      // racecheck does not see that order and reports the producer's next
+      // copy into the stage as a race once a CTA reuses it.
+      smem.pipeline.consumer_release(st);
 
       float head_sums[S::kQueries][2];
       reduce_heads<kHeads, kCols>(acc, weights, head_sums);
@@ -463,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
   if (threadIdx.x == 0) {
-    smem.pipeline.init(kWarpgroupWarps);  // one lane of each warp of the tile's math warpgroup
+    smem.pipeline.init(kWarpgroupThreads);  // every thread of the tile's math warpgroup
     for (int s = 0; s < kUnitSlots; ++s) {
       sm90::barrier_init(&smem.unit_full[s], kWarpSize);  // the scheduler warp's lanes
       sm90::barrier_init(&smem.q_full[s], 1);
