@@ -251,7 +251,9 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   }
   __syncthreads();
   if (last == 0 || whole) return;  // the same for every thread of the CTA
-  const std::uint32_t n = __ldcg(counters + kCandidateCounter);  // the bin's keys: p.in
+  // The bin's keys, as many as the parts appended: the histogram counted the
+  // same keys of the same range (no read of the candidate counter needed).
+  const std::uint32_t n = p.in;
   // The bin's entries: in shared memory when they fit (the radix passes
   // then read them there), else from the candidate buffer (L2) when they
   // all fit there, else from the row's scores on every pass.
