@@ -84,7 +84,7 @@ struct alignas(1024) SharedStorage {
   sm90::Pipeline<kStages> pipeline;
   std::uint64_t unit_full[kUnitSlots];   // unit, half_w and rows written (the scheduler warp's 32 lanes)
   std::uint64_t q_full[kUnitSlots];      // the unit's Q block landed (TMA)
-  std::uint64_t unit_empty[kUnitSlots];  // every math thread is done with the slot
+  std::uint64_t unit_empty[kUnitSlots];  // every math thread (and producer, if several) is done with the slot
   std::int64_t warp_sums[kThreads / kWarpSize];  // the run search (find_run)
   RunStart run;
 };

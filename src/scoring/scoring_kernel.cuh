@@ -1,7 +1,8 @@
 // The FP8 indexer scoring kernel, persistent (schedule.cuh): one CTA per SM
 // walks its run of units. In warpgroup 0, warp 1 schedules (each unit's
 // block, first key and tile count, and its head weights, into one of two
-// slots) and thread 0 loads (TMA: the unit's Q block, then its key tiles);
+// slots) and thread 0 loads (TMA: the unit's Q block, then its key tiles;
+// over a paged cache lane 0 of warp 2 loads every other key tile);
 // warpgroups 1..2 multiply (wgmma) and run the epilogue on alternate key
 // tiles, so one warpgroup's epilogue overlaps the other's matrix product,
 // across unit boundaries too.
@@ -91,6 +92,7 @@ struct StoreSink {
 // ContiguousKeys: k [N, D] and k_scale [N], the rows' ranges index them.
 struct ContiguousKeys {
   static constexpr int kProducerRegs = kContiguousProducerRegs;
+  static constexpr int kProducers = 1;  // two TMA copies a tile: one thread keeps up
   std::int64_t q_rows(std::int64_t num_queries) const { return num_queries; }
   Status make_maps(const IndexerInputs& in, CUtensorMap* k_map, CUtensorMap* scale_map) const {
     Status st = sm90::make_tensor_map_rows_sw128(k_map, in.k, static_cast<std::uint64_t>(in.num_keys), kHeadDim,
@@ -119,6 +121,12 @@ struct PagedKeys {
   // math warpgroups keep 232 (StoreSink's epilogue fits, the fused filter's
   // does not: it reads contiguous keys only).
   static constexpr int kProducerRegs = 40;
+  // Producer threads, each loading every other tile of the run (the math
+  // warpgroups' split): a tile's table lookup, box and bulk copies are a
+  // chain of ~60 dependent instructions plus a table load every kEntries
+  // entries, and one thread issuing them all was slower than the cache read
+  // at large batches (its ring never filled; docs/perf-log.md D16).
+  static constexpr int kProducers = 2;
   const std::uint8_t* kv_cache;     // [num_blocks, block_size * (D + 4)]
   const std::int32_t* block_table;  // the launch's first request's row
   std::int64_t table_stride;        // elements between table rows
@@ -278,29 +286,41 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
   }
 }
 
-// Thread 0: per unit, the Q block into the unit's slot, then its key tiles
-// through the stage ring (which runs on across units).
+// Producer thread `producer` of Keys::kProducers: per unit, the Q block into
+// the unit's slot (producer 0), then its key tiles through the stage ring
+// (which runs on across units): all of them with one producer, else those
+// whose index in the CTA's run is congruent to `producer` mod 2, the tiles
+// math warpgroup `producer` takes, on the stages they use.
 template <int kCols, class Keys>
 __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* q_map, const CUtensorMap* k_map,
-                                        const CUtensorMap* scale_map, int heads, const Keys& source) {
+                                        const CUtensorMap* scale_map, int heads, const Keys& source, int producer) {
+  constexpr int kProducers = Keys::kProducers;
+  static_assert(kProducers == 1 || kProducers == kMathWarpgroups, "one producer, or one per math warpgroup");
   sm90::PipelineState<kStages> st;
+  st.advance(producer);
   for (std::uint32_t u = 0;; ++u) {
     const auto [slot, parity] = sm90::ring_slot<kUnitSlots>(u);
     sm90::barrier_wait(&smem.unit_full[slot], parity);
     const Unit unit = smem.unit[slot];
     if (unit.tiles == 0) return;
-    // The slot's previous unit is done (the scheduler waited for it), so its
-    // Q block may be overwritten.
-    sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kCols * kHeadDim);
-    sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(source.q_row(unit.t0) * heads),
-                      &smem.q_full[slot]);
+    // With several producers, the scheduler must not rewrite the slot before
+    // each has read it: one of them may have no tile in this unit, so the
+    // math warps' arrivals alone would not wait for it.
+    if (kProducers > 1) sm90::barrier_arrive(&smem.unit_empty[slot]);
+    if (producer == 0) {
+      // The slot's previous unit is done (the scheduler waited for it), so its
+      // Q block may be overwritten.
+      sm90::barrier_arrive_expect_tx(&smem.q_full[slot], kCols * kHeadDim);
+      sm90::tma_load_2d(smem.q[slot], q_map, 0, static_cast<std::int32_t>(source.q_row(unit.t0) * heads),
+                        &smem.q_full[slot]);
+    }
     typename Keys::Unit at = source.unit(unit.t0);
-    for (int i = 0; i < unit.tiles; ++i) {
+    for (int i = kProducers == 1 ? 0 : (producer ^ unit.odd) & 1; i < unit.tiles; i += kProducers) {
       const std::int32_t key0 = unit.key_begin + i * kTileKeys;
       smem.pipeline.producer_acquire(st);
       std::uint64_t* full = smem.pipeline.producer_commit(st, kKeyTileBytes + kScaleTileBytes);
       source.load_tile(smem.keys[st.stage], smem.key_scale[st.stage], k_map, scale_map, at, key0, full);
-      st.advance();
+      st.advance(kProducers);
     }
   }
 }
@@ -470,7 +490,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kUnitSlots; ++s) {
       sm90::barrier_init(&smem.unit_full[s], kWarpSize);  // the scheduler warp's lanes
       sm90::barrier_init(&smem.q_full[s], 1);
-      sm90::barrier_init(&smem.unit_empty[s], kMathThreads);  // every math thread
+      // every math thread, and the producers when there are several
+      sm90::barrier_init(&smem.unit_empty[s], kMathThreads + (Keys::kProducers > 1 ? Keys::kProducers : 0));
     }
     sm90::barrier_init_fence();
   }
@@ -485,10 +506,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Keys::kProducerRegs>();
+    // Producer 0 is thread 0, producer 1 lane 0 of warp kSecondProducerWarp
+    // (the scheduler's warp is busy, and lanes of one warp would serialise).
+    constexpr int kSecondProducerWarp = 2;
+    static_assert(kSecondProducerWarp != kSchedulerWarp && kSecondProducerWarp < kWarpgroupWarps);
     if (threadIdx.x == 0) {
       sm90::tma_prefetch_descriptor(&q_map);
       sm90::tma_prefetch_descriptor(&k_map);
-      produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source);
+      produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source, 0);
+    } else if (Keys::kProducers > 1 && threadIdx.x == kSecondProducerWarp * kWarpSize) {
+      produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source, 1);
     } else if (threadIdx.x / kWarpSize == kSchedulerWarp) {
       schedule<kHeads, kCols>(smem, args);
     }
