@@ -48,7 +48,10 @@ profile() {  # NAME KERNEL_REGEX BENCH_ARGS...
        --launch-skip 1 --launch-count 1 \
        --set full --import-source yes -o "$work/$name" "$bin" bench --backend cuda "$@" --reps 3 --no-verify \
        >"$work/$name-run.log" 2>&1 && [ -f "$work/$name.ncu-rep" ]; then
-    ncu --import "$work/$name.ncu-rep" --page details >"$work/$name-details.txt" 2>&1
+    # Every section's tables too (the memory tables break the L2's traffic
+    # down by source and operation); older ncu without the option: the page.
+    ncu --import "$work/$name.ncu-rep" --page details --print-details all >"$work/$name-details.txt" 2>&1 ||
+      ncu --import "$work/$name.ncu-rep" --page details >"$work/$name-details.txt" 2>&1
     ncu --import "$work/$name.ncu-rep" --page source --csv --print-source sass | gzip >"$work/$name-sass.csv.gz"
     grep -E "Duration|Elapsed Cycles|SM Active Cycles|SM Frequency" "$work/$name-details.txt" | head -4
     rm -f "$work/$name.ncu-rep"
