@@ -287,6 +287,14 @@ TEST(DecodeGpu, PagedLongContextAndManyRequests) {
   expect_matches_prefill(paged_spec(Distribution::kShifted, 37, 1, 64, 64, ragged(37, 0, 12000, 22), false, 22), 2048);
 }
 
+// Many short ragged requests: a CTA's run crosses many units of one to
+// eleven tiles, so one of the two key producers often has no tile in a unit
+// and the unit slots are reused many times (the producers' arrivals on them).
+TEST(DecodeGpu, PagedManyShortRequestsAcrossUnits) {
+  expect_matches_prefill(paged_spec(Distribution::kModelLike, 400, 1, 64, 64, ragged(400, 0, 700, 41), false, 41), 512);
+  expect_matches_prefill(paged_spec(Distribution::kTies, 300, 2, 64, 16, ragged(300, 0, 700, 42), false, 42), 512);
+}
+
 // The fused selection (one token a request, H = 64, any ties, unsorted
 // positions, contexts of 128K keys and more, few rows): every distribution
 // at lengths around K and long ones, ragged in one batch; its candidates'
