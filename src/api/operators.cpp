@@ -50,7 +50,8 @@ Status indexer_topk_workspace_size(const IndexerTopkParams& params, Backend back
 
 Status indexer_topk_paged_workspace_size(const PagedIndexerTopkParams& params, Backend backend,
                                          std::size_t* bytes) {
-  return query_workspace(params, backend, bytes, decode::paged_workspace_size);
+  return query_workspace(params, backend, bytes,
+                         [](const PagedIndexerTopkParams& p) { return decode::paged_workspace_size(p); });
 }
 
 Status merge_topk_workspace_size(const MergeTopkParams& params, Backend backend, std::size_t* bytes) {

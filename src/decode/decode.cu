@@ -368,10 +368,16 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
 }  // namespace
 
 Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* stream, void* workspace,
-                                 std::size_t workspace_bytes) {
+                                 std::size_t workspace_bytes, const PagedHooks& hooks) {
   constexpr const char* kOp = "indexer_topk_paged";
   if (p.num_rows() == 0) return Status::Ok();
-  const PagedPlan plan = make_plan(p);
+  const PagedPlan plan = make_plan(p, hooks);
+  if (hooks.route == PagedHooks::Route::kFusedSelect && !plan.fused_select) {
+    return Status(StatusCode::kInvalidArgument,
+                  "hooks.route: the fused selection needs one token a request, 64 heads, any ties, unsorted "
+                  "positions (not physical slots) and a context past K of at most " +
+                      std::to_string(kSelectMaxParts * kSelectPartKeys) + " keys (" + kOp + ")");
+  }
   const PagedWorkspace& w = plan.workspace;
   if (Status st = check_workspace(kOp, workspace, workspace_bytes, w.total); !st.ok()) return st;
   auto* padded_w = plan.padded ? workspace_piece<float>(workspace, w.w) : nullptr;

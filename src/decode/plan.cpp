@@ -50,7 +50,14 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
 
 LaunchGrid PagedPlan::map_grid(std::int64_t requests) const { return item_grid(requests * map_items_per_request); }
 
-PagedPlan make_plan(const PagedIndexerTopkParams& p) {
+bool fused_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
+  const std::int64_t n = p.max_context();
+  return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
+         p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots && n > p.options.k &&
+         (n + kSelectPartKeys - 1) / kSelectPartKeys <= kSelectMaxParts;
+}
+
+PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
   PagedPlan plan;
   if (p.num_rows() == 0) return plan;
   const int tokens = static_cast<int>(std::bit_ceil(static_cast<unsigned>(p.next_n)));
@@ -69,10 +76,10 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p) {
                                                     std::max<std::int64_t>(p.batch, 1))};
   const std::int64_t n = p.max_context();
   const std::int64_t parts = (n + kSelectPartKeys - 1) / kSelectPartKeys;
-  plan.fused_select = plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
-                      p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots &&
-                      n >= kFusedSelectMinKeys && parts <= kSelectMaxParts &&
-                      plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
+  const bool faster = n >= kFusedSelectMinKeys && plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
+  using Route = PagedHooks::Route;
+  plan.fused_select = fused_select_possible(p, plan) &&
+                      (hooks.route == Route::kFusedSelect || (hooks.route == Route::kByShape && faster));
   if (plan.fused_select) {
     plan.select_parts = parts;
     // The K-th key's bin holds ~1 % of a model-like row; an eighth of the
@@ -86,6 +93,8 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p) {
   return plan;
 }
 
-std::size_t paged_workspace_size(const PagedIndexerTopkParams& params) { return make_plan(params).workspace.total; }
+std::size_t paged_workspace_size(const PagedIndexerTopkParams& params, const PagedHooks& hooks) {
+  return make_plan(params, hooks).workspace.total;
+}
 
 }  // namespace dsa::decode

@@ -95,9 +95,25 @@ struct PagedPlan {
   LaunchGrid map_grid(std::int64_t requests) const;
 };
 
+// What tools and tests may pin in a plan. The route: by shape (the fused
+// selection where kFusedSelectMinKeys and kFusedSelectMaxCtas say it is
+// faster), or pinned to the fused selection (wherever the select kernel
+// can take the call: fused_select_possible) or to the unfused pipeline, so
+// one build can time both routes at any row and tests can run the fused
+// one at small shapes.
+struct PagedHooks {
+  enum class Route { kByShape, kFusedSelect, kUnfused } route = Route::kByShape;
+};
+
+// Whether the fused selection can take a call of these params: one token a
+// request read as its range (plan.ranges_from_lengths), H = 64 in 64-column
+// blocks, any-tie unsorted positions, contexts past K of at most
+// kSelectMaxParts parts.
+bool fused_select_possible(const PagedIndexerTopkParams& params, const PagedPlan& plan);
+
 // The plan of launch_indexer_topk_paged(params, ...) (arguments validated);
 // a call with no rows plans no launch and no workspace.
-PagedPlan make_plan(const PagedIndexerTopkParams& params);
+PagedPlan make_plan(const PagedIndexerTopkParams& params, const PagedHooks& hooks = {});
 
 // merge_topk's kernel holds a row's num_parts x part_k entries, as 64-bit
 // keys, in this much dynamic shared memory when they fit: its radix passes,

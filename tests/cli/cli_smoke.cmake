@@ -41,12 +41,16 @@ run(2 "unknown distribution 'nope'" bench --T 6 --N 3000 --dist ties,nope)
 run(2 "--op: expected indexer, scores, topk, decode or merge, got 'nope'" bench --op nope --T 6 --N 3000)
 run(2 "--rest-ms: expected 0 to 10000 milliseconds" bench --backend cuda --T 6 --N 3000 --rest-ms -5)
 run(2 "--rest-ms: rests the GPU (--backend cuda)" bench --T 6 --N 3000 --rest-ms 10)
-run(2 "--route: the CUDA indexer's option (--op indexer --backend cuda)" bench --op topk --T 6 --N 3000 --route fused)
+run(2 "--route: the CUDA operators' option (--op indexer or --op decode, --backend cuda)" bench --op topk --T 6 --N 3000
+    --route fused)
 run(2 "--route: expected by-shape, fused or unfused, got 'sideways'" bench --backend cuda --T 6 --N 3000 --route sideways)
 # The decode operator (indexer_topk_paged) on the CPU backend, and its argument errors.
 run(0 "exact" check --op decode --dist small-integer,ties --B 2 --next-n 3 --L 700 --K 512 --block-size 16
     --deterministic --sorted --values)
 run(0 "exact" bench --op decode --B 2 --next-n 2 --L 3000 --K 512 --reps 1 --json "${WORK_DIR}/decode.json")
+run(2 "--route: the CUDA operator's option (--backend cuda)" bench --op decode --B 1 --next-n 1 --L 3000 --route unfused)
+run(2 "--route: --op decode takes by-shape, fused-select or unfused, got 'fused'" bench --op decode --backend cuda --B 1
+    --next-n 1 --L 3000 --route fused)
 file(READ "${WORK_DIR}/decode.json" decode_json)
 string(FIND "${decode_json}" "\"op\": \"decode\"" pos)
 if(pos EQUAL -1)

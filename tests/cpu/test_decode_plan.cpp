@@ -230,6 +230,35 @@ TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   }
 }
 
+// The route pinned by hooks: the fused selection wherever the select kernel
+// can take the call (one token a request, H = 64, any ties, unsorted
+// positions, a context past K of at most kSelectMaxParts parts), whatever
+// the speed rule says; the unfused pipeline always.
+TEST(DecodePlan, PinnedRoutes) {
+  const PagedHooks fused{PagedHooks::Route::kFusedSelect};
+  const PagedHooks unfused{PagedHooks::Route::kUnfused};
+  const PagedPlan by_shape = make_plan(shape(64, 1, 64, 128));  // 64 x 8K
+  const PagedPlan pinned = make_plan(shape(64, 1, 64, 128), fused);
+  EXPECT_FALSE(by_shape.fused_select);
+  EXPECT_TRUE(pinned.fused_select);
+  EXPECT_EQ(pinned.select_parts, 1);
+  EXPECT_EQ(pinned.select_capacity, 4096);
+  EXPECT_EQ(pinned.workspace.total, by_shape.workspace.total + aligned(64 * kSelectStateWords * sizeof(std::uint32_t)) +
+                                        aligned(64 * 4096 * sizeof(std::uint64_t)));
+  EXPECT_EQ(paged_workspace_size(shape(64, 1, 64, 128), fused), pinned.workspace.total);
+  EXPECT_TRUE(make_plan(shape(32, 1, 64, 2048), fused).fused_select);  // 512 select CTAs
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 2048), unfused).fused_select);
+  EXPECT_TRUE(make_plan(shape(1, 1, 64, 2048)).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 32), fused).fused_select);  // 2048 keys: not past K
+  EXPECT_TRUE(make_plan(shape(1, 1, 64, 33), fused).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385), fused).fused_select);  // past kSelectMaxParts parts
+  EXPECT_FALSE(make_plan(shape(1, 2, 64, 2048), fused).fused_select);
+  EXPECT_FALSE(make_plan(shape(1, 1, 32, 2048), fused).fused_select);
+  PagedIndexerTopkParams sorted = shape(1, 1, 64, 2048);
+  sorted.options.sorted = true;
+  EXPECT_FALSE(make_plan(sorted, fused).fused_select);
+}
+
 TEST(DecodePlan, NoRowsPlanNothing) {
   const PagedPlan plan = make_plan(shape(0, 4, 64, 16));
   EXPECT_EQ(plan.workspace.total, 0u);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/keys.h"
+#include "decode/decode.h"
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
 #include "gpu_test_util.h"
@@ -92,6 +93,24 @@ Result run_paged(const DevicePaged& d, const SelectOptions& options, bool physic
   });
   EXPECT_TRUE(st.ok()) << st.to_string();
   return {indices.download(), want_values ? values.download() : std::vector<float>{}};
+}
+
+// indexer_topk_paged with its route pinned: decode::launch_indexer_topk_paged
+// on the workspace its plan sizes (the inputs are valid: no validation); its
+// Status in *status. Values are always returned.
+Result run_paged_pinned(const DevicePaged& d, const SelectOptions& options, const decode::PagedHooks& hooks,
+                        Status* status) {
+  const std::int64_t rows = d.host.B * d.host.next_n;
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(rows) * options.k);
+  DeviceArray<float> values(static_cast<std::size_t>(rows) * options.k);
+  indices.poison();
+  values.poison();
+  const PagedIndexerTopkParams p = d.params(indices.get(), values.get(), options, false);
+  const std::size_t bytes = decode::paged_workspace_size(p, hooks);
+  DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
+  *status = decode::launch_indexer_topk_paged(p, nullptr, ws.get(), bytes, hooks);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {indices.download(), values.download()};
 }
 
 // The prefill operator on the contiguous layout (relative indices: positions).
@@ -285,6 +304,43 @@ TEST(DecodeGpu, PagedLengthsAroundKAndPerToken) {
 TEST(DecodeGpu, PagedLongContextAndManyRequests) {
   expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {200000, 70000}, false, 21), 2048);
   expect_matches_prefill(paged_spec(Distribution::kShifted, 37, 1, 64, 64, ragged(37, 0, 12000, 22), false, 22), 2048);
+}
+
+// The fused selection pinned where the plan's speed rule would not take it
+// (contexts of up to 40K keys, 900 select CTAs): every distribution gives a
+// valid any-tie top K. Pinned where the select kernel cannot take the call
+// (two tokens a request), the launch is an invalid argument and writes
+// nothing.
+TEST(DecodeGpu, FusedSelectPinnedAtAnyShape) {
+  const decode::PagedHooks pinned{decode::PagedHooks::Route::kFusedSelect};
+  const int K = 2048;
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  std::uint64_t seed = 500;
+  std::vector<PagedSpec> specs;
+  for (Distribution dist : tools::all_distributions()) {
+    specs.push_back(paged_spec(dist, 40, 1, 64, 64, ragged(40, 0, 40000, seed), false, seed));
+    ++seed;
+  }
+  specs.push_back(paged_spec(Distribution::kModelLike, 300, 1, 64, 16, ragged(300, 1000, 20000, seed), false, seed));
+  for (const PagedSpec& s : specs) {
+    SCOPED_TRACE(describe(s, K));
+    const PagedProblem p = tools::make_paged_problem(s);
+    const DevicePaged d(p);
+    const tools::IndexerProblem view = tools::contiguous_view(p);
+    Status st;
+    const Result any = run_paged_pinned(d, make_options(K), pinned, &st);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    expect_valid_any(view, any, run_prefill(view, det), K);
+  }
+  const PagedProblem two =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
+  const DevicePaged d(two);
+  Status st;
+  const Result none = run_paged_pinned(d, make_options(K), pinned, &st);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  std::int32_t poison = 0;
+  std::memset(&poison, testing::kPoison, sizeof(poison));
+  for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
 }
 
 // Many short ragged requests: a CTA's run crosses many units of one to

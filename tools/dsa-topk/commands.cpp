@@ -754,6 +754,7 @@ struct DecodeSettings {
   int threads = 0;
   int reps = 1;
   bool check = true;
+  decode::PagedHooks hooks;  // --route: by shape, or pinned (CUDA)
 };
 
 struct DecodeRow {
@@ -816,7 +817,7 @@ void reject_inapplicable(const Args& args, const std::string& op, Backend backen
   for (const std::string name : {"B", "next-n", "L", "block-size"}) {
     if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
   }
-  for (const std::string name : {"T", "N", "layout", "relative", "baselines", "route"}) {
+  for (const std::string name : {"T", "N", "layout", "relative", "baselines"}) {
     if (decode && args.flag(name)) {
       throw std::invalid_argument("--" + name + ": not an option of --op decode (its shape: --B, --next-n, --L)");
     }
@@ -884,6 +885,19 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
   s.values = args.flag("values");
   s.backend = backend;
   s.threads = threads_of(args);
+  if (args.flag("route")) {
+    if (backend != Backend::kCuda) throw std::invalid_argument("--route: the CUDA operator's option (--backend cuda)");
+    const std::string route = args.get("route", "by-shape");
+    using Route = decode::PagedHooks::Route;
+    if (route == kDecodeFusedSelect) {
+      s.hooks.route = Route::kFusedSelect;
+    } else if (route == kDecodeUnfused) {
+      s.hooks.route = Route::kUnfused;
+    } else if (route != "by-shape") {
+      throw std::invalid_argument("--route: --op decode takes by-shape, " + std::string(kDecodeFusedSelect) + " or " +
+                                  kDecodeUnfused + ", got '" + route + "'");
+    }
+  }
   return s;
 }
 
@@ -939,9 +953,17 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     row.result = std::string("generating the problem: ") + e.what();
     return row;
   }
-  row.route = decode::make_plan(prob.params(nullptr, nullptr, s.options, false)).fused_select ? kDecodeFusedSelect
-                                                                                               : kDecodeUnfused;
-  const RunResult r = run_operator(prob, s.options, s.values, s.backend, s.threads, s.reps);
+  row.route = decode::make_plan(prob.params(nullptr, nullptr, s.options, false), s.hooks).fused_select
+                  ? kDecodeFusedSelect
+                  : kDecodeUnfused;
+  RunResult r;
+  if (s.backend == Backend::kCuda && s.hooks.route != decode::PagedHooks::Route::kByShape) {
+    r.out.T = prob.rows();
+    r.out.K = s.options.k;
+    r.status = run_paged_on_device(prob, s.options, s.values, s.reps, s.hooks, &r.out, &r.ms);
+  } else {
+    r = run_operator(prob, s.options, s.values, s.backend, s.threads, s.reps);
+  }
   if (!r.status.ok()) {
     row.result = r.status.to_string();
     return row;
@@ -1314,7 +1336,7 @@ int run_bench(const Args& args) {
   IndexerBenchHooks bench_hooks;
   if (args.flag("route")) {
     if (op != "indexer" || backend != Backend::kCuda) {
-      throw std::invalid_argument("--route: the CUDA indexer's option (--op indexer --backend cuda)");
+      throw std::invalid_argument("--route: the CUDA operators' option (--op indexer or --op decode, --backend cuda)");
     }
     const std::string route = args.get("route", "by-shape");
     if (route == "fused") {

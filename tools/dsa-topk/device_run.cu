@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "decode/decode.h"
 #include "fused/fused.h"
 #include "fused/plan.h"
 #include "reference/cpu_reference.h"
@@ -210,6 +211,11 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 
 Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms) {
+  return run_paged_on_device(prob, options, want_values, reps, decode::PagedHooks{}, out, ms);
+}
+
+Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                           const decode::PagedHooks& hooks, tools::TopkOutput* out, std::vector<double>* ms) {
   DeviceBuffer q, cache, table, lens, w, indices, values;
   for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
                     lens.upload(prob.context_lens), w.upload(prob.w),
@@ -222,7 +228,17 @@ Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& optio
   p.block_table = table.as<std::int32_t>();
   p.context_lens = lens.as<std::int32_t>();
   p.w = w.as<float>();
-  return time_operator(p, &indexer_topk_paged_workspace_size, &indexer_topk_paged, indices, values, reps, out, ms);
+  if (hooks.route == decode::PagedHooks::Route::kByShape) {
+    return time_operator(p, &indexer_topk_paged_workspace_size, &indexer_topk_paged, indices, values, reps, out, ms);
+  }
+  Workspace ws;
+  Status st = ws.alloc_bytes(decode::paged_workspace_size(p, hooks));
+  if (!st.ok()) return st;
+  const auto pinned = [&](bool) {
+    return decode::launch_indexer_topk_paged(p, nullptr, ws.buffer.as<void>(), ws.bytes, hooks);
+  };
+  st = timed_runs(pinned, indices, values, out->indices.size(), reps, ms);
+  return st.ok() ? download(indices, values, out) : st;
 }
 
 Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "decode/plan.h"
 #include "dsa_topk/dsa_topk.h"
 #include "fused/fused.h"
 #include "tools/paged.h"
@@ -18,6 +19,12 @@ Status run_on_device(const tools::ScoresProblem& prob, const SelectOptions& opti
 // indexer_topk_paged (positions, not physical slots).
 Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
+// The same with its route pinned (hooks.route other than kByShape):
+// decode::launch_indexer_topk_paged on the workspace its plan sizes (the
+// inputs are generated valid, so no validation call); kByShape: the public
+// operator, as above.
+Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
+                           const decode::PagedHooks& hooks, tools::TopkOutput* out, std::vector<double>* ms);
 Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
 

@@ -122,9 +122,11 @@ const std::vector<Command>& commands() {
           "(default 0: back to back, as an engine runs; under sustained\n"
           "load the 700 W cap lowers the clock within some tens of ms,\n"
           "so long rows time slower)"},
-         {"route", "by-shape|fused|unfused",
-          "(--op indexer --backend cuda) the operator's route (default\n"
-          "by shape: unfused up to 128K keys)"}},
+         {"route", "ROUTE",
+          "(--backend cuda) the operator's route: --op indexer by-shape,\n"
+          "fused or unfused (default by shape: unfused up to 128K keys);\n"
+          "--op decode by-shape, fused-select (where the select kernel\n"
+          "can take the call) or unfused"}},
         {}},
        dsa::cli::run_bench},
       {"run the indexer on a safetensors dump",
