@@ -125,7 +125,7 @@ struct PagedKeys {
   // warpgroups' split): a tile's table lookup, box and bulk copies are a
   // chain of ~60 dependent instructions plus a table load every kEntries
   // entries, and one thread issuing them all was slower than the cache read
-  // at large batches (its ring never filled; docs/perf-log.md D16).
+  // at large batches (its ring never filled; docs/perf-log.md D18).
   static constexpr int kProducers = 2;
   const std::uint8_t* kv_cache;     // [num_blocks, block_size * (D + 4)]
   const std::int32_t* block_table;  // the launch's first request's row
