@@ -763,6 +763,9 @@ struct DecodeRow {
   int block_size = 64, K = 0, heads = 64;
   double ms = 0;  // median of the timed calls; 0 = not timed
   const char* route = kDecodeUnfused;  // the CUDA operator's (decode::make_plan)
+  // CUDA, route by shape: the two pinned routes timed beside the operator
+  // (0: not timed; fused_ms also where the fused selection cannot take the call).
+  double unfused_ms = 0, fused_ms = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -905,8 +908,10 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
 // one checker over the scores paged_scores gives on the row's backend: on
 // kCuda the scoring kernel's, bit-identical to the operator's own (the CPU
 // reference's differ in the last bits: tensor-core accumulation).
+// With several outputs (the operator and its pinned routes), each is judged
+// against the same scores; the first wrong one names its side.
 std::string judge_decode(const tools::PagedProblem& prob, const DecodeRow& row, const DecodeSettings& s,
-                         const tools::TopkOutput& out) {
+                         const std::vector<std::pair<const char*, const tools::TopkOutput*>>& outs) {
   if (!s.check) return "not verified";
   const std::int64_t rows = prob.rows();
   if (rows * row.shape.L > kMaxJudgedScores) {
@@ -922,9 +927,13 @@ std::string judge_decode(const tools::PagedProblem& prob, const DecodeRow& row, 
   for (std::int64_t r = 0; r < rows; ++r) {
     ke[r] = static_cast<std::int32_t>(reference::paged_row_length(p, r / prob.next_n, static_cast<int>(r % prob.next_n)));
   }
-  const tools::CheckReport report =
-      check_dense_in_parallel(rows, ks.data(), ke.data(), scores.data(), stride, s.options, out, s.threads);
-  return report.ok() ? "exact" : "WRONG: " + report.summary();
+  for (const auto& [side, out] : outs) {
+    const tools::CheckReport report =
+        check_dense_in_parallel(rows, ks.data(), ke.data(), scores.data(), stride, s.options, *out, s.threads);
+    if (!report.ok()) return std::string("WRONG") + (outs.size() > 1 ? std::string(" (") + side + ")" : "") + ": " +
+                              report.summary();
+  }
+  return "exact";
 }
 
 // One decode row: generate, run (timed), verify; progress on stderr.
@@ -956,8 +965,26 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
   row.route = decode::make_plan(prob.params(nullptr, nullptr, s.options, false), s.hooks).fused_select
                   ? kDecodeFusedSelect
                   : kDecodeUnfused;
+  if (s.backend == Backend::kCuda && s.hooks.route == decode::PagedHooks::Route::kByShape) {
+    PagedComparison cmp;
+    const Status st = compare_paged_on_device(prob, s.options, s.values, s.reps, &cmp);
+    if (!st.ok()) {
+      row.result = st.to_string();
+      return row;
+    }
+    row.ms = median(cmp.op_ms);
+    row.unfused_ms = median(cmp.unfused_ms);
+    std::vector<std::pair<const char*, const tools::TopkOutput*>> outs = {{"operator", &cmp.op},
+                                                                          {kDecodeUnfused, &cmp.unfused}};
+    if (cmp.fused_possible) {
+      row.fused_ms = median(cmp.fused_ms);
+      outs.emplace_back(kDecodeFusedSelect, &cmp.fused);
+    }
+    row.result = judge_decode(prob, row, s, outs);
+    return row;
+  }
   RunResult r;
-  if (s.backend == Backend::kCuda && s.hooks.route != decode::PagedHooks::Route::kByShape) {
+  if (s.backend == Backend::kCuda) {
     r.out.T = prob.rows();
     r.out.K = s.options.k;
     r.status = run_paged_on_device(prob, s.options, s.values, s.reps, s.hooks, &r.out, &r.ms);
@@ -969,12 +996,14 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     return row;
   }
   row.ms = r.median_ms();
-  row.result = judge_decode(prob, row, s, r.out);
+  row.result = judge_decode(prob, row, s, {{"operator", &r.out}});
   return row;
 }
 
 constexpr const char* kDecodeColumns =
-    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<12}  {}\n";
+    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<12} ";
+// With the pinned routes timed beside the operator: their ms and ms / theirs.
+constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} ";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
@@ -983,16 +1012,33 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
              "2 * {} * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
              "route {}: the CUDA operator scores into a bounded buffer, then runs the standalone top-k\n(our "
              "unfused pipeline, not timed apart); {}: the scoring kernel also counts each row's score keys\nby their "
-             "top bits and a select kernel takes the top K (few one-token rows, any ties, unsorted)\n\n",
+             "top bits and a select kernel takes the top K (few one-token rows, any ties, unsorted)\n",
              kCachedKeyBytes, kHeadDim, kDecodeUnfused, kDecodeFusedSelect);
+  const bool routes = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.unfused_ms > 0; });
+  if (routes) {
+    fmt::print("unf ms, fsel ms: the two routes pinned, timed call by call in turn with the operator (fsel: where "
+               "the fused\nselection can take the call); xunf, xfsel = their ms / the operator's. At calls of tens of us "
+               "the same route\ntimed as two sides of one run differed by up to 7 % (1 x 128K: 0.023 ms as the "
+               "operator, 0.025 pinned):\nthere, compare routes by --route runs in turn\n");
+  }
+  fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
-             "bound", "route", "result");
+             "bound", "route");
+  if (routes) fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel");
+  fmt::print(" result\n");
   for (const DecodeRow& r : rows) {
     const DecodeBounds b = decode_bounds(r, ceilings);
     fmt::print(kDecodeColumns, r.dist, r.backend, r.shape.B, r.shape.next_n, r.shape.L, r.block_size, r.K,
                cell(r.ms > 0, r.ms, 3), cell(b.gb_s > 0, b.gb_s, b.gb_s < 10 ? 3 : 0),
                cell(b.pct_read > 0, b.pct_read, 1), cell(b.hbm_ms > 0, b.hbm_ms, 4), cell(b.fp8_ms > 0, b.fp8_ms, 4),
-               b.bound(), r.backend == "cuda" ? r.route : "-", r.result);
+               b.bound(), r.backend == "cuda" ? r.route : "-");
+    if (routes) {
+      const bool timed = r.ms > 0;
+      fmt::print(kDecodeRouteColumns, cell(r.unfused_ms > 0, r.unfused_ms, 3),
+                 cell(timed && r.unfused_ms > 0, r.unfused_ms / r.ms, 2), cell(r.fused_ms > 0, r.fused_ms, 3),
+                 cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2));
+    }
+    fmt::print(" {}\n", r.result);
   }
 }
 
@@ -1009,6 +1055,7 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"gb_s", b.gb_s},         {"pct_read_ceiling", b.pct_read},
                    {"hbm_bound_ms", b.hbm_ms}, {"fp8_bound_ms", b.fp8_ms},
                    {"bound", b.bound()},     {"route", r.backend == "cuda" ? r.route : ""},
+                   {"unfused_ms", r.unfused_ms}, {"fused_select_ms", r.fused_ms},
                    {"result", r.result}});
   }
   return out;

@@ -241,6 +241,61 @@ Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions&
   return st.ok() ? download(indices, values, out) : st;
 }
 
+Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
+                               int reps, PagedComparison* out) {
+  DeviceBuffer q, cache, table, lens, w;
+  for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
+                    lens.upload(prob.context_lens), w.upload(prob.w)}) {
+    if (!st.ok()) return st;
+  }
+  // Each side: the same inputs, outputs of its own.
+  constexpr int kOp = 0, kUnfused = 1, kFused = 2, kSides = 3;
+  DeviceBuffer indices[kSides], values[kSides];
+  tools::TopkOutput* results[kSides] = {&out->op, &out->unfused, &out->fused};
+  PagedIndexerTopkParams p[kSides];
+  for (int i = 0; i < kSides; ++i) {
+    const Status st = prepare_outputs(prob.rows(), options, want_values, indices[i], values[i], results[i]);
+    if (!st.ok()) return st;
+    p[i] = prob.params(indices[i].as<std::int32_t>(), values[i].as<float>(), options, false);
+    p[i].q = q.as<std::uint8_t>();
+    p[i].kv_cache = cache.as<std::uint8_t>();
+    p[i].block_table = table.as<std::int32_t>();
+    p[i].context_lens = lens.as<std::int32_t>();
+    p[i].w = w.as<float>();
+  }
+  using Route = decode::PagedHooks::Route;
+  decode::PagedHooks unfused_hooks, fused_hooks;
+  unfused_hooks.route = Route::kUnfused;
+  fused_hooks.route = Route::kFusedSelect;
+  out->fused_possible = decode::fused_select_possible(p[kFused], decode::make_plan(p[kFused]));
+
+  Workspace op_ws, unfused_ws, fused_ws;
+  Status st = op_ws.alloc(p[kOp], &indexer_topk_paged_workspace_size);
+  if (st.ok()) st = unfused_ws.alloc_bytes(decode::paged_workspace_size(p[kUnfused], unfused_hooks));
+  if (st.ok() && out->fused_possible) st = fused_ws.alloc_bytes(decode::paged_workspace_size(p[kFused], fused_hooks));
+  if (!st.ok()) return st;
+  const auto pinned = [](const PagedIndexerTopkParams& params, const Workspace& ws, const decode::PagedHooks& hooks) {
+    return [&params, &ws, &hooks](bool) {
+      return decode::launch_indexer_topk_paged(params, nullptr, ws.buffer.as<void>(), ws.bytes, hooks);
+    };
+  };
+  const std::size_t elems = out->op.indices.size();
+  std::vector<TimedSide> sides = {
+      poisoned_side(op_ws.call(p[kOp], &indexer_topk_paged), indices[kOp], values[kOp], elems, &out->op_ms),
+      poisoned_side(pinned(p[kUnfused], unfused_ws, unfused_hooks), indices[kUnfused], values[kUnfused], elems,
+                    &out->unfused_ms)};
+  if (out->fused_possible) {
+    sides.push_back(poisoned_side(pinned(p[kFused], fused_ws, fused_hooks), indices[kFused], values[kFused], elems,
+                                  &out->fused_ms));
+  }
+  st = timed_rounds(reps, sides, "timed call");
+  for (int i = 0; st.ok() && i < kSides; ++i) {
+    if (i == kFused && !out->fused_possible) break;
+    st = download(indices[i], values[i], results[i]);
+  }
+  return st;
+}
+
 Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms) {
   DeviceBuffer part_values, part_indices, indices, values;

@@ -25,6 +25,19 @@ Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& optio
 // operator, as above.
 Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
                            const decode::PagedHooks& hooks, tools::TopkOutput* out, std::vector<double>* ms);
+// indexer_topk_paged by shape beside its two pinned routes, on the same
+// device inputs in one run, timed call by call in turn (operator, unfused,
+// fused selection, operator, ...) so all meet the same power state: the
+// public operator (its warm-up validates the inputs), the unfused pipeline
+// (paged scores into a bounded buffer, then the standalone top-k) and the
+// fused selection, the last only where it can take the call.
+struct PagedComparison {
+  tools::TopkOutput op, unfused, fused;  // the last result of each
+  std::vector<double> op_ms, unfused_ms, fused_ms;
+  bool fused_possible = false;  // decode::fused_select_possible: fused and fused_ms were timed
+};
+Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
+                               int reps, PagedComparison* out);
 Status run_on_device(const tools::MergeProblem& prob, const SelectOptions& options, bool want_values, int reps,
                      tools::TopkOutput* out, std::vector<double>* ms);
 
