@@ -1017,9 +1017,9 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
   const bool routes = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.unfused_ms > 0; });
   if (routes) {
     fmt::print("unf ms, fsel ms: the two routes pinned, timed call by call in turn with the operator (fsel: where "
-               "the fused\nselection can take the call); xunf, xfsel = their ms / the operator's. At calls of tens of us "
-               "the same route\ntimed as two sides of one run differed by up to 7 % (1 x 128K: 0.023 ms as the "
-               "operator, 0.025 pinned):\nthere, compare routes by --route runs in turn\n");
+               "the fused\nselection can take the call); xunf, xfsel = their ms / the operator's. A side's place in\nthe round can "
+               "move calls of tens of us by several % (docs/perf-log.md, B41): compare such rows by --route runs "
+               "in turn\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",

@@ -140,6 +140,27 @@ struct DeviceInputs {
   }
 };
 
+// A paged problem's inputs in device memory.
+struct DevicePagedInputs {
+  DeviceBuffer q, cache, table, lens, w;
+
+  Status upload(const tools::PagedProblem& prob) {
+    for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
+                      lens.upload(prob.context_lens), w.upload(prob.w)}) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  // `p` with this object's input pointers.
+  void bind(PagedIndexerTopkParams* p) const {
+    p->q = q.as<std::uint8_t>();
+    p->kv_cache = cache.as<std::uint8_t>();
+    p->block_table = table.as<std::int32_t>();
+    p->context_lens = lens.as<std::int32_t>();
+    p->w = w.as<float>();
+  }
+};
+
 // An operator's CUDA workspace, of the size its query asks for.
 struct Workspace {
   DeviceBuffer buffer;
@@ -181,6 +202,15 @@ Status time_operator(const Params& p, Status (*workspace_size)(const Params&, Ba
   return st.ok() ? download(indices, values, out) : st;
 }
 
+// decode::launch_indexer_topk_paged with a pinned route, as a timed side
+// takes it (no validation: the bench's inputs are generated valid). The
+// arguments must outlive it.
+auto pinned_paged_call(const PagedIndexerTopkParams& p, const Workspace& ws, const decode::PagedHooks& hooks) {
+  return [&p, &ws, &hooks](bool) {
+    return decode::launch_indexer_topk_paged(p, nullptr, ws.buffer.as<void>(), ws.bytes, hooks);
+  };
+}
+
 }  // namespace
 
 Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
@@ -216,38 +246,27 @@ Status run_on_device(const tools::PagedProblem& prob, const SelectOptions& optio
 
 Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values, int reps,
                            const decode::PagedHooks& hooks, tools::TopkOutput* out, std::vector<double>* ms) {
-  DeviceBuffer q, cache, table, lens, w, indices, values;
-  for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
-                    lens.upload(prob.context_lens), w.upload(prob.w),
-                    prepare_outputs(prob.rows(), options, want_values, indices, values, out)}) {
+  DevicePagedInputs inputs;
+  DeviceBuffer indices, values;
+  for (Status st : {inputs.upload(prob), prepare_outputs(prob.rows(), options, want_values, indices, values, out)}) {
     if (!st.ok()) return st;
   }
   PagedIndexerTopkParams p = prob.params(indices.as<std::int32_t>(), values.as<float>(), options, false);
-  p.q = q.as<std::uint8_t>();
-  p.kv_cache = cache.as<std::uint8_t>();
-  p.block_table = table.as<std::int32_t>();
-  p.context_lens = lens.as<std::int32_t>();
-  p.w = w.as<float>();
+  inputs.bind(&p);
   if (hooks.route == decode::PagedHooks::Route::kByShape) {
     return time_operator(p, &indexer_topk_paged_workspace_size, &indexer_topk_paged, indices, values, reps, out, ms);
   }
   Workspace ws;
   Status st = ws.alloc_bytes(decode::paged_workspace_size(p, hooks));
   if (!st.ok()) return st;
-  const auto pinned = [&](bool) {
-    return decode::launch_indexer_topk_paged(p, nullptr, ws.buffer.as<void>(), ws.bytes, hooks);
-  };
-  st = timed_runs(pinned, indices, values, out->indices.size(), reps, ms);
+  st = timed_runs(pinned_paged_call(p, ws, hooks), indices, values, out->indices.size(), reps, ms);
   return st.ok() ? download(indices, values, out) : st;
 }
 
 Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
                                int reps, PagedComparison* out) {
-  DeviceBuffer q, cache, table, lens, w;
-  for (Status st : {q.upload(prob.q), cache.upload(prob.kv_cache), table.upload(prob.block_table),
-                    lens.upload(prob.context_lens), w.upload(prob.w)}) {
-    if (!st.ok()) return st;
-  }
+  DevicePagedInputs inputs;
+  if (Status st = inputs.upload(prob); !st.ok()) return st;
   // Each side: the same inputs, outputs of its own.
   constexpr int kOp = 0, kUnfused = 1, kFused = 2, kSides = 3;
   DeviceBuffer indices[kSides], values[kSides];
@@ -257,11 +276,7 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     const Status st = prepare_outputs(prob.rows(), options, want_values, indices[i], values[i], results[i]);
     if (!st.ok()) return st;
     p[i] = prob.params(indices[i].as<std::int32_t>(), values[i].as<float>(), options, false);
-    p[i].q = q.as<std::uint8_t>();
-    p[i].kv_cache = cache.as<std::uint8_t>();
-    p[i].block_table = table.as<std::int32_t>();
-    p[i].context_lens = lens.as<std::int32_t>();
-    p[i].w = w.as<float>();
+    inputs.bind(&p[i]);
   }
   using Route = decode::PagedHooks::Route;
   decode::PagedHooks unfused_hooks, fused_hooks;
@@ -274,18 +289,13 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   if (st.ok()) st = unfused_ws.alloc_bytes(decode::paged_workspace_size(p[kUnfused], unfused_hooks));
   if (st.ok() && out->fused_possible) st = fused_ws.alloc_bytes(decode::paged_workspace_size(p[kFused], fused_hooks));
   if (!st.ok()) return st;
-  const auto pinned = [](const PagedIndexerTopkParams& params, const Workspace& ws, const decode::PagedHooks& hooks) {
-    return [&params, &ws, &hooks](bool) {
-      return decode::launch_indexer_topk_paged(params, nullptr, ws.buffer.as<void>(), ws.bytes, hooks);
-    };
-  };
   const std::size_t elems = out->op.indices.size();
   std::vector<TimedSide> sides = {
       poisoned_side(op_ws.call(p[kOp], &indexer_topk_paged), indices[kOp], values[kOp], elems, &out->op_ms),
-      poisoned_side(pinned(p[kUnfused], unfused_ws, unfused_hooks), indices[kUnfused], values[kUnfused], elems,
+      poisoned_side(pinned_paged_call(p[kUnfused], unfused_ws, unfused_hooks), indices[kUnfused], values[kUnfused], elems,
                     &out->unfused_ms)};
   if (out->fused_possible) {
-    sides.push_back(poisoned_side(pinned(p[kFused], fused_ws, fused_hooks), indices[kFused], values[kFused], elems,
+    sides.push_back(poisoned_side(pinned_paged_call(p[kFused], fused_ws, fused_hooks), indices[kFused], values[kFused], elems,
                                   &out->fused_ms));
   }
   st = timed_rounds(reps, sides, "timed call");
