@@ -442,6 +442,11 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
       if (!st.ok()) return st;
       continue;
     }
+    if (hooks.route == PagedHooks::Route::kMathOnly) {
+      const Status st = launch_paged_scoring(in, plan.block_columns, scoring::ChecksumSink{nullptr}, stream, keys);
+      if (!st.ok()) return st;
+      continue;
+    }
     Status st =
         launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys);
     if (!st.ok()) return st;

@@ -100,9 +100,13 @@ struct PagedPlan {
 // faster), or pinned to the fused selection (wherever the select kernel
 // can take the call: fused_select_possible) or to the unfused pipeline, so
 // one build can time both routes at any row and tests can run the fused
-// one at small shapes.
+// one at small shapes. kMathOnly is the control, not a route: the unfused
+// plan's scoring launches with every score folded into a checksum
+// (scoring::ChecksumSink), no score stored, no top-k, the outputs not
+// written; the operator's time less its time is what the selection and
+// the scores' round trip expose (a fused selection can win at most that).
 struct PagedHooks {
-  enum class Route { kByShape, kFusedSelect, kUnfused } route = Route::kByShape;
+  enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly } route = Route::kByShape;
 };
 
 // Whether the fused selection can take a call of these params: one token a

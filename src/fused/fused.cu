@@ -90,7 +90,7 @@ Status run_math_only(const IndexerTopkParams& p, const FusedPlan& plan, void* wo
                      CUstream_st* stream) {
   std::uint32_t* checksum =
       hooks.checksum != nullptr ? hooks.checksum : workspace_piece<std::uint32_t>(workspace, plan.workspace.checksum);
-  return scoring::launch_scoring(p, nullptr, ChecksumSink{checksum}, stream);
+  return scoring::launch_scoring(p, nullptr, scoring::ChecksumSink{checksum}, stream);
 }
 
 // Stage 1: samples, their scores, tau per row (and the counters zeroed).

@@ -5,8 +5,8 @@
 //     shared memory by the lane that computed it and copied to the row's
 //     candidate area in the workspace when the lane's slots fill and when
 //     the CTA ends; the row's counter counts every one.
-//   * ChecksumSink: the math-only control build: every valid score is folded
-//     into an xor checksum, so the matrix work and score arithmetic stay.
+// (The math-only control's ChecksumSink is scoring::ChecksumSink, beside
+// StoreSink: the paged operator's control uses it too.)
 #pragma once
 
 #include <cstdint>
@@ -184,34 +184,6 @@ struct FilterSink {
         if (lane < 4 && extra != 0) atomicAdd(unstaged + t0 + lane + 4 * r, extra);
       }
     }
-  }
-};
-
-struct ChecksumSink {
-  std::uint32_t* checksum;  // one word, or null
-  struct Shared {};
-  template <int R>
-  struct Lane {
-    std::uint32_t x;
-  };
-  __device__ void init(Shared&) const {}
-  template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
-    return {0u};
-  }
-  template <int R>
-  __device__ __forceinline__ void put(Lane<R>& st, Shared&, std::int64_t, int, const std::int32_t (&)[2],
-                                      const float (&score)[R][2], const bool (&valid)[R][2]) const {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) st.x ^= valid[r][half] ? __float_as_uint(score[r][half]) : 0u;
-    }
-  }
-  template <int R>
-  __device__ void finish(Lane<R>& st, Shared&, std::int64_t, int) const {
-    const std::uint32_t x = __reduce_xor_sync(kFullWarp, st.x);
-    if (threadIdx.x % 32 == 0 && checksum != nullptr) atomicXor(checksum, x);
   }
 };
 

@@ -77,6 +77,37 @@ struct StoreSink {
   __device__ void finish(Lane<R>&, Shared&, std::int64_t, int) const {}
 };
 
+// ChecksumSink: the math-only control (the prefill operator's and the paged
+// operator's): every valid score is folded into an xor checksum, so the
+// matrix work and the score arithmetic stay and no score is stored.
+struct ChecksumSink {
+  std::uint32_t* checksum;  // one word, or null
+  struct Shared {};
+  template <int R>
+  struct Lane {
+    std::uint32_t x;
+  };
+  __device__ void init(Shared&) const {}
+  template <int R>
+  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
+    return {0u};
+  }
+  template <int R>
+  __device__ __forceinline__ void put(Lane<R>& st, Shared&, std::int64_t, int, const std::int32_t (&)[2],
+                                      const float (&score)[R][2], const bool (&valid)[R][2]) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) st.x ^= valid[r][half] ? __float_as_uint(score[r][half]) : 0u;
+    }
+  }
+  template <int R>
+  __device__ void finish(Lane<R>& st, Shared&, std::int64_t, int) const {
+    const std::uint32_t x = __reduce_xor_sync(kFullWarp, st.x);
+    if (threadIdx.x % 32 == 0 && checksum != nullptr) atomicXor(checksum, x);
+  }
+};
+
 // Where a launch's queries and key tiles are. A key source is a kernel
 // argument with
 //   q_rows(T)                     host: rows of q the launch reads (of H heads each);

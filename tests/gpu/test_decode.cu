@@ -343,6 +343,29 @@ TEST(DecodeGpu, FusedSelectPinnedAtAnyShape) {
   for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
 }
 
+// The math-only control (bench's math ms): the scoring launches of every
+// block width and head count run to completion and write no output.
+TEST(DecodeGpu, MathOnlyControlWritesNothing) {
+  const decode::PagedHooks control{decode::PagedHooks::Route::kMathOnly};
+  std::int32_t poison = 0;
+  std::memset(&poison, testing::kPoison, sizeof(poison));
+  std::uint64_t seed = 900;
+  for (int heads : {32, 64}) {
+    for (int next_n : {1, 2, 4}) {
+      const PagedSpec s =
+          paged_spec(Distribution::kModelLike, 5, next_n, heads, 64, ragged(5, 0, 9000, seed), false, seed);
+      ++seed;
+      SCOPED_TRACE(describe(s, 512));
+      const PagedProblem p = tools::make_paged_problem(s);
+      const DevicePaged d(p);
+      Status st;
+      const Result r = run_paged_pinned(d, make_options(512), control, &st);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      for (std::int32_t v : r.indices) ASSERT_EQ(v, poison);
+    }
+  }
+}
+
 // Many short ragged requests: a CTA's run crosses many units of one to
 // eleven tiles, so one of the two key producers often has no tile in a unit
 // and the unit slots are reused many times (the producers' arrivals on them).

@@ -763,9 +763,10 @@ struct DecodeRow {
   int block_size = 64, K = 0, heads = 64;
   double ms = 0;  // median of the timed calls; 0 = not timed
   const char* route = kDecodeUnfused;  // the CUDA operator's (decode::make_plan)
-  // CUDA, route by shape: the two pinned routes timed beside the operator
-  // (0: not timed; fused_ms also where the fused selection cannot take the call).
-  double unfused_ms = 0, fused_ms = 0;
+  // CUDA, route by shape: the two pinned routes and the math-only control
+  // timed beside the operator (0: not timed; fused_ms also where the fused
+  // selection cannot take the call).
+  double unfused_ms = 0, fused_ms = 0, math_ms = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -784,18 +785,41 @@ struct DecodeRow {
 // take at each ceiling (0 where not measured).
 struct DecodeBounds {
   double gb_s = 0, pct_read = 0, hbm_ms = 0, fp8_ms = 0;
+  double target_ms = 0;  // issue #34's target for the row (decode_target_ms); 0: none
   const char* bound() const { return hbm_ms == 0 && fp8_ms == 0 ? "-" : hbm_ms >= fp8_ms ? "hbm" : "fp8"; }
 };
+
+// The targets of issue #34 (docs/perf-log.md, "Decode") a row has, in ms at
+// the in-run ceilings (0: the row has none, or a ceiling it needs was not
+// measured):
+//   B >= 32, L >= 32K, next_n <= 2: the cache read at 90 % of the read ceiling;
+//   the same at next_n = 4: 1.2x the larger of that and the FLOPs at 75 % of
+//     the FP8 GEMM rate;
+//   B = 1, L = 128K, next_n = 1: 12 us;
+//   B = 4, L = 1M, next_n = 1: 1.2x the cache read at the read ceiling.
+constexpr double kTargetReadShare = 0.90, kTargetFp8Share = 0.75, kTargetSlack = 1.2;
+constexpr double kTargetOneRequestMs = 0.012;
+double decode_target_ms(const DecodeShape& s, double hbm_ms, double fp8_ms) {
+  if (s.B >= 32 && s.L >= 32768 && hbm_ms > 0) {
+    if (s.next_n <= 2) return hbm_ms / kTargetReadShare;
+    if (s.next_n == 4 && fp8_ms > 0) return kTargetSlack * std::max(hbm_ms / kTargetReadShare, fp8_ms / kTargetFp8Share);
+  }
+  if (s.B == 1 && s.next_n == 1 && s.L == 131072) return kTargetOneRequestMs;
+  if (s.B == 4 && s.next_n == 1 && s.L == kLongContext && hbm_ms > 0) return kTargetSlack * hbm_ms;
+  return 0;
+}
 
 DecodeBounds decode_bounds(const DecodeRow& r, const GpuCeilings* ceilings) {
   DecodeBounds b;
   if (r.ms > 0) b.gb_s = r.bytes() / (r.ms * 1e6);
-  if (!ceilings || !ceilings->measured) return b;
-  if (ceilings->read_tb_s > 0) {
-    b.pct_read = 100.0 * b.gb_s / (ceilings->read_tb_s * 1e3);
-    b.hbm_ms = r.bytes() / (ceilings->read_tb_s * 1e9);
+  if (ceilings && ceilings->measured) {
+    if (ceilings->read_tb_s > 0) {
+      b.pct_read = 100.0 * b.gb_s / (ceilings->read_tb_s * 1e3);
+      b.hbm_ms = r.bytes() / (ceilings->read_tb_s * 1e9);
+    }
+    if (ceilings->fp8_tflops > 0) b.fp8_ms = r.flops() / (ceilings->fp8_tflops * 1e9);
   }
-  if (ceilings->fp8_tflops > 0) b.fp8_ms = r.flops() / (ceilings->fp8_tflops * 1e9);
+  b.target_ms = decode_target_ms(r.shape, b.hbm_ms, b.fp8_ms);
   return b;
 }
 
@@ -974,6 +998,7 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     }
     row.ms = median(cmp.op_ms);
     row.unfused_ms = median(cmp.unfused_ms);
+    row.math_ms = median(cmp.math_ms);
     std::vector<std::pair<const char*, const tools::TopkOutput*>> outs = {{"operator", &cmp.op},
                                                                           {kDecodeUnfused, &cmp.unfused}};
     if (cmp.fused_possible) {
@@ -1001,9 +1026,10 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
 }
 
 constexpr const char* kDecodeColumns =
-    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:<12} ";
-// With the pinned routes timed beside the operator: their ms and ms / theirs.
-constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} ";
+    "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:>8} {:>6} {:<12} ";
+// With the pinned routes and the control timed beside the operator: their ms
+// and theirs / the operator's, then the control's ms and what it leaves.
+constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>8} ";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
@@ -1012,31 +1038,39 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
              "2 * {} * H * next_n * L * B FLOP at the in-run FP8 GEMM rate (burst); bound =\nthe larger of the two; "
              "route {}: the CUDA operator scores into a bounded buffer, then runs the standalone top-k\n(our "
              "unfused pipeline, not timed apart); {}: the scoring kernel also counts each row's score keys\nby their "
-             "top bits and a select kernel takes the top K (few one-token rows, any ties, unsorted)\n",
+             "top bits and a select kernel takes the top K (few one-token rows, any ties, unsorted)\n"
+             "tgt ms = issue #34's target for the row at the in-run ceilings (B >= 32, L >= 32K: the read at 90 %, "
+             "at next_n 4\n1.2x max(that, FLOPs at 75 % of the FP8 rate); 1 x 128K: 12 us; 4 x 1M: 1.2x the read); "
+             "xtgt = ms / tgt ms (<= 1: met)\n",
              kCachedKeyBytes, kHeadDim, kDecodeUnfused, kDecodeFusedSelect);
   const bool routes = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.unfused_ms > 0; });
   if (routes) {
     fmt::print("unf ms, fsel ms: the two routes pinned, timed call by call in turn with the operator (fsel: where "
                "the fused\nselection can take the call); xunf, xfsel = their ms / the operator's. A side's place in\nthe round can "
                "move calls of tens of us by several % (docs/perf-log.md, B41): compare such rows by --route runs "
-               "in turn\n");
+               "in turn\n"
+               "math ms: the math-only control (the scoring launches with every score folded into a checksum: no "
+               "score\nstored, no top-k); sel ms = ms - math ms, what the selection and the scores' round trip "
+               "expose\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
-             "bound", "route");
-  if (routes) fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel");
+             "bound", "tgt ms", "xtgt", "route");
+  if (routes) fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "math ms", "sel ms");
   fmt::print(" result\n");
   for (const DecodeRow& r : rows) {
     const DecodeBounds b = decode_bounds(r, ceilings);
     fmt::print(kDecodeColumns, r.dist, r.backend, r.shape.B, r.shape.next_n, r.shape.L, r.block_size, r.K,
                cell(r.ms > 0, r.ms, 3), cell(b.gb_s > 0, b.gb_s, b.gb_s < 10 ? 3 : 0),
                cell(b.pct_read > 0, b.pct_read, 1), cell(b.hbm_ms > 0, b.hbm_ms, 4), cell(b.fp8_ms > 0, b.fp8_ms, 4),
-               b.bound(), r.backend == "cuda" ? r.route : "-");
+               b.bound(), cell(b.target_ms > 0, b.target_ms, 4),
+               cell(b.target_ms > 0 && r.ms > 0, r.ms / b.target_ms, 2), r.backend == "cuda" ? r.route : "-");
     if (routes) {
       const bool timed = r.ms > 0;
       fmt::print(kDecodeRouteColumns, cell(r.unfused_ms > 0, r.unfused_ms, 3),
                  cell(timed && r.unfused_ms > 0, r.unfused_ms / r.ms, 2), cell(r.fused_ms > 0, r.fused_ms, 3),
-                 cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2));
+                 cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2), cell(r.math_ms > 0, r.math_ms, 3),
+                 cell(timed && r.math_ms > 0, r.ms - r.math_ms, 4));
     }
     fmt::print(" {}\n", r.result);
   }
@@ -1056,6 +1090,7 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"hbm_bound_ms", b.hbm_ms}, {"fp8_bound_ms", b.fp8_ms},
                    {"bound", b.bound()},     {"route", r.backend == "cuda" ? r.route : ""},
                    {"unfused_ms", r.unfused_ms}, {"fused_select_ms", r.fused_ms},
+                   {"math_only_ms", r.math_ms},  {"target_ms", b.target_ms},
                    {"result", r.result}});
   }
   return out;

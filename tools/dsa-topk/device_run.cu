@@ -279,21 +279,32 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     inputs.bind(&p[i]);
   }
   using Route = decode::PagedHooks::Route;
-  decode::PagedHooks unfused_hooks, fused_hooks;
+  decode::PagedHooks unfused_hooks, fused_hooks, math_hooks;
   unfused_hooks.route = Route::kUnfused;
   fused_hooks.route = Route::kFusedSelect;
+  math_hooks.route = Route::kMathOnly;
   out->fused_possible = decode::fused_select_possible(p[kFused], decode::make_plan(p[kFused]));
 
-  Workspace op_ws, unfused_ws, fused_ws;
-  Status st = op_ws.alloc(p[kOp], &indexer_topk_paged_workspace_size);
+  // The control writes no output: its buffers only take the poison.
+  DeviceBuffer math_indices, math_values;
+  tools::TopkOutput math_out;
+  Status st = prepare_outputs(prob.rows(), options, want_values, math_indices, math_values, &math_out);
+  if (!st.ok()) return st;
+  PagedIndexerTopkParams math_p = prob.params(math_indices.as<std::int32_t>(), math_values.as<float>(), options, false);
+  inputs.bind(&math_p);
+
+  Workspace op_ws, unfused_ws, fused_ws, math_ws;
+  st = op_ws.alloc(p[kOp], &indexer_topk_paged_workspace_size);
   if (st.ok()) st = unfused_ws.alloc_bytes(decode::paged_workspace_size(p[kUnfused], unfused_hooks));
+  if (st.ok()) st = math_ws.alloc_bytes(decode::paged_workspace_size(math_p, math_hooks));
   if (st.ok() && out->fused_possible) st = fused_ws.alloc_bytes(decode::paged_workspace_size(p[kFused], fused_hooks));
   if (!st.ok()) return st;
   const std::size_t elems = out->op.indices.size();
   std::vector<TimedSide> sides = {
       poisoned_side(op_ws.call(p[kOp], &indexer_topk_paged), indices[kOp], values[kOp], elems, &out->op_ms),
       poisoned_side(pinned_paged_call(p[kUnfused], unfused_ws, unfused_hooks), indices[kUnfused], values[kUnfused], elems,
-                    &out->unfused_ms)};
+                    &out->unfused_ms),
+      poisoned_side(pinned_paged_call(math_p, math_ws, math_hooks), math_indices, math_values, elems, &out->math_ms)};
   if (out->fused_possible) {
     sides.push_back(poisoned_side(pinned_paged_call(p[kFused], fused_ws, fused_hooks), indices[kFused], values[kFused], elems,
                                   &out->fused_ms));

@@ -31,9 +31,12 @@ Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions&
 // public operator (its warm-up validates the inputs), the unfused pipeline
 // (paged scores into a bounded buffer, then the standalone top-k) and the
 // fused selection, the last only where it can take the call.
+// The math-only control (decode::PagedHooks::Route::kMathOnly: the scoring
+// launches with the scores folded into a checksum) is timed in the same
+// rounds; it writes no output, so it is not judged.
 struct PagedComparison {
   tools::TopkOutput op, unfused, fused;  // the last result of each
-  std::vector<double> op_ms, unfused_ms, fused_ms;
+  std::vector<double> op_ms, unfused_ms, fused_ms, math_ms;
   bool fused_possible = false;  // decode::fused_select_possible: fused and fused_ms were timed
 };
 Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
