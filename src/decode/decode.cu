@@ -36,6 +36,7 @@
 #include "common/workspace.h"
 #include "decode/plan.h"
 #include "decode/select.cuh"
+#include "decode/stream_select.cuh"
 #include "scoring/launch.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/topk.h"
@@ -365,6 +366,22 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
 }
 
+// The streaming selection of a batch (stream_select.cuh): the rows'
+// counters zeroed and outputs filled, then the scoring kernel with
+// StreamSelectSink, launched programmatically (it waits for the fills
+// before its first global write).
+Status launch_stream_select(const PagedPlan& plan, const IndexerInputs& in, const scoring::PagedKeys& keys,
+                            std::uint32_t* state, std::uint64_t* list, std::int32_t k, std::int32_t* indices,
+                            float* values, CUstream_st* stream) {
+  stream_select_zero_kernel<<<static_cast<unsigned>(in.num_queries), kStreamZeroThreads, 0, stream>>>(state, k, indices,
+                                                                                                    values);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cuda_error(err, "indexer_topk_paged", "zero kernel launch");
+  const StreamSelectSink sink{state, list, plan.stream_list_capacity, k, indices, values};
+  return scoring::launch_scoring<64, StreamSelectSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
+                                                                             /*programmatic=*/true);
+}
+
 }  // namespace
 
 Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* stream, void* workspace,
@@ -377,6 +394,12 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                   "hooks.route: the fused selection needs one token a request, 64 heads, any ties, unsorted "
                   "positions (not physical slots) and a context past K of at most " +
                       std::to_string(kSelectMaxParts * kSelectPartKeys) + " keys (" + kOp + ")");
+  }
+  if (hooks.route == PagedHooks::Route::kStreamSelect && !plan.stream_select) {
+    return Status(StatusCode::kInvalidArgument,
+                  "hooks.route: the streaming selection needs one token a request, 64 heads, any ties and unsorted "
+                  "positions (not physical slots) (" +
+                      std::string(kOp) + ")");
   }
   const PagedWorkspace& w = plan.workspace;
   if (Status st = check_workspace(kOp, workspace, workspace_bytes, w.total); !st.ok()) return st;
@@ -438,6 +461,14 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
       const Status st = launch_fused_select(
           plan, in, keys, scores, workspace_piece<std::uint32_t>(workspace, w.select_state),
           workspace_piece<std::uint64_t>(workspace, w.candidates), K, p.indices + first * p.next_n * K,
+          p.values != nullptr ? p.values + first * p.next_n * K : nullptr, stream);
+      if (!st.ok()) return st;
+      continue;
+    }
+    if (plan.stream_select) {
+      const Status st = launch_stream_select(
+          plan, in, keys, workspace_piece<std::uint32_t>(workspace, w.stream_state),
+          workspace_piece<std::uint64_t>(workspace, w.stream_list), K, p.indices + first * p.next_n * K,
           p.values != nullptr ? p.values + first * p.next_n * K : nullptr, stream);
       if (!st.ok()) return st;
       continue;

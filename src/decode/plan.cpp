@@ -36,12 +36,17 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   w.ks = pieces.take(range_rows * sizeof(std::int32_t));
   w.ke = pieces.take(range_rows * sizeof(std::int32_t));
   w.w = pieces.take(plan.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
-  w.scores = pieces.take(batch_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
+  const std::size_t score_rows = plan.stream_select ? 0 : batch_rows;  // the streaming selection stores none
+  w.scores = pieces.take(score_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
   w.indices = pieces.take(plan.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
   w.values = pieces.take(plan.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
   const std::size_t select_rows = plan.fused_select ? batch_rows : 0;
   w.select_state = pieces.take(select_rows * kSelectStateWords * sizeof(std::uint32_t));
   w.candidates = pieces.take(select_rows * static_cast<std::size_t>(plan.select_capacity) * sizeof(std::uint64_t));
+  const std::size_t stream_rows = plan.stream_select ? batch_rows : 0;
+  w.stream_state = pieces.take(stream_rows * kStreamStateWords * sizeof(std::uint32_t));
+  w.stream_list =
+      pieces.take(stream_rows * static_cast<std::size_t>(plan.stream_list_capacity) * sizeof(std::uint64_t));
   w.total = pieces.total();
   return w;
 }
@@ -55,6 +60,11 @@ bool fused_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& pla
   return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
          p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots && n > p.options.k &&
          (n + kSelectPartKeys - 1) / kSelectPartKeys <= kSelectMaxParts;
+}
+
+bool stream_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
+  return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
+         p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots && p.options.k <= kStreamMaxK;
 }
 
 PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
@@ -85,6 +95,14 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
     // The K-th key's bin holds ~1 % of a model-like row; an eighth of the
     // row leaves room for far more before the slow path.
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
+  }
+  plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
+  if (plan.stream_select) {
+    // No scores buffer: the batches are bounded by the rows' lists instead.
+    plan.stream_list_capacity = std::max<std::int64_t>(n, 1);
+    const auto list_bytes = static_cast<std::size_t>(plan.stream_list_capacity) * sizeof(std::uint64_t);
+    plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / list_bytes), 1,
+                                                      std::max<std::int64_t>(p.batch, 1))};
   }
   const std::int64_t launch_rows = p.batch * plan.rows_per_request;
   plan.prepare = item_grid(plan.padded ? launch_rows * p.num_heads : launch_rows);

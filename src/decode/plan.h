@@ -29,6 +29,11 @@ struct PagedWorkspace {
   // before each batch's scoring.
   std::size_t select_state = 0;  // [batch rows, kSelectStateWords] uint32
   std::size_t candidates = 0;    // [batch rows, select_capacity] uint64: keys of the K-th key's bin
+  // The streaming selection (PagedPlan::stream_select): a row's counters
+  // (entries listed, keys scored; zeroed before each batch's scoring) and
+  // its list of the pieces' top K entries.
+  std::size_t stream_state = 0;  // [batch rows, kStreamStateWords] uint32
+  std::size_t stream_list = 0;   // [batch rows, stream_list_capacity] uint64
   std::size_t total = 0;    // bytes in all
 };
 
@@ -39,6 +44,11 @@ inline constexpr int kSelectBins = 1 << kSelectBinBits;
 // A row's counters: slots taken so far, candidates appended, CTAs done.
 enum SelectCounter : int { kTakenCounter = 0, kCandidateCounter = 1, kDoneCounter = 2, kSelectCounters = 4 };
 inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
+// The streaming selection (PagedPlan::stream_select): a row's counters in
+// the workspace (entries in its list, keys scored), and the largest K its
+// shared-memory buffers allow (decode/stream_select.cuh).
+enum StreamCounter : int { kListCount = 0, kKeysDone = 1, kStreamStateWords = 2 };
+inline constexpr int kStreamMaxK = 2048;
 // Keys a CTA of the select kernel filters at most (its part of a row: 16
 // loads a thread, 512 threads), and the most CTAs a row gets: contexts of
 // up to 1M keys select in the fused way.
@@ -86,6 +96,15 @@ struct PagedPlan {
   bool fused_select = false;
   std::int64_t select_parts = 0;      // the select kernel's CTAs a row
   std::int64_t select_capacity = 0;   // candidates a row holds (more: the bin is resolved from the scores)
+  // The same calls (one token a request read as its range, H = 64, any-tie
+  // unsorted positions), pinned by PagedHooks: the scoring kernel keeps
+  // each row piece's top K in shared memory (StreamSelectSink,
+  // decode/stream_select.cuh) and the piece that completes a row merges
+  // the row's list into the output; no scores buffer, no top-k launch.
+  // Pinned only: slower than the unfused route at every measured shape
+  // (docs/perf-log.md D27).
+  bool stream_select = false;
+  std::int64_t stream_list_capacity = 0;  // entries a row's list holds: its keys at most
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
   std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K
@@ -106,7 +125,7 @@ struct PagedPlan {
 // written; the operator's time less its time is what the selection and
 // the scores' round trip expose (a fused selection can win at most that).
 struct PagedHooks {
-  enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly } route = Route::kByShape;
+  enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly, kStreamSelect } route = Route::kByShape;
 };
 
 // Whether the fused selection can take a call of these params: one token a
@@ -114,6 +133,9 @@ struct PagedHooks {
 // blocks, any-tie unsorted positions, contexts past K of at most
 // kSelectMaxParts parts.
 bool fused_select_possible(const PagedIndexerTopkParams& params, const PagedPlan& plan);
+// Whether the streaming selection can take a call: one token a request read
+// as its range, H = 64 in 64-column blocks, any-tie unsorted positions.
+bool stream_select_possible(const PagedIndexerTopkParams& params, const PagedPlan& plan);
 
 // The plan of launch_indexer_topk_paged(params, ...) (arguments validated);
 // a call with no rows plans no launch and no workspace.

@@ -108,9 +108,12 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                     plan.mapped && values != nullptr ? batch_rows * k * 4 : 0,  // values
                     plan.fused_select ? batch_rows * kSelectStateWords * 4 : 0,  // histograms and counters
                     plan.fused_select ? batch_rows * static_cast<std::size_t>(plan.select_capacity) * 8 : 0,
+                    0,  // the streaming selection's counters (pinned only)
+                    0,  // and lists
                 };
-                const std::size_t offsets[] = {w.ks,      w.ke,     w.w,           w.scores,    w.indices,
-                                               w.values, w.select_state, w.candidates, w.total};
+                const std::size_t offsets[] = {w.ks,         w.ke,         w.w,          w.scores,
+                                               w.indices,    w.values,     w.select_state, w.candidates,
+                                               w.stream_state, w.stream_list, w.total};
                 std::size_t at = 0;
                 for (std::size_t i = 0; i < std::size(pieces); ++i) {
                   EXPECT_EQ(offsets[i], at) << "piece " << i << ": H " << heads << ", next_n " << next_n << ", B "
@@ -257,6 +260,36 @@ TEST(DecodePlan, PinnedRoutes) {
   PagedIndexerTopkParams sorted = shape(1, 1, 64, 2048);
   sorted.options.sorted = true;
   EXPECT_FALSE(make_plan(sorted, fused).fused_select);
+}
+
+// The streaming selection, pinned only: one token a request read as its
+// range, H = 64, any ties, unsorted positions, at any context (short rows
+// too); no scores buffer, a row's counters and a list as long as its
+// context, batches bounded by the lists.
+TEST(DecodePlan, StreamSelectPinned) {
+  const PagedHooks stream{PagedHooks::Route::kStreamSelect};
+  EXPECT_FALSE(make_plan(shape(256, 1, 64, 2048)).stream_select);
+  for (std::int64_t blocks : {1, 32, 2048, 16384}) {
+    const PagedPlan plan = make_plan(shape(256, 1, 64, blocks), stream);
+    EXPECT_TRUE(plan.stream_select) << blocks;
+    EXPECT_FALSE(plan.fused_select) << blocks;
+    EXPECT_EQ(plan.stream_list_capacity, blocks * 64);
+    const PagedWorkspace& w = plan.workspace;
+    const auto rows = static_cast<std::size_t>(plan.batches.per_batch);
+    EXPECT_EQ(plan.batches.per_batch, std::min<std::int64_t>(256, (std::int64_t{512} << 20) / (blocks * 64 * 8)));
+    EXPECT_EQ(w.stream_list - w.stream_state, aligned(rows * kStreamStateWords * sizeof(std::uint32_t)));
+    EXPECT_EQ(w.total - w.stream_list, aligned(rows * static_cast<std::size_t>(blocks * 64) * sizeof(std::uint64_t)));
+    EXPECT_EQ(w.total, w.stream_list + aligned(rows * static_cast<std::size_t>(blocks * 64) * sizeof(std::uint64_t)));
+    EXPECT_EQ(paged_workspace_size(shape(256, 1, 64, blocks), stream), w.total);
+  }
+  EXPECT_FALSE(make_plan(shape(4, 2, 64, 2048), stream).stream_select);  // two tokens a request
+  EXPECT_FALSE(make_plan(shape(4, 1, 32, 2048), stream).stream_select);  // H = 32
+  PagedIndexerTopkParams det = shape(4, 1, 64, 2048);
+  det.options.ties = TieBreak::kSmallestIndex;
+  EXPECT_FALSE(make_plan(det, stream).stream_select);
+  PagedIndexerTopkParams slots = shape(4, 1, 64, 2048);
+  slots.physical_slots = true;
+  EXPECT_FALSE(make_plan(slots, stream).stream_select);
 }
 
 TEST(DecodePlan, NoRowsPlanNothing) {

@@ -366,6 +366,97 @@ TEST(DecodeGpu, MathOnlyControlWritesNothing) {
   }
 }
 
+// A model-like problem of three one-token requests (140000, 9000 and 4000
+// keys) with NaN and Inf scores planted through the keys' scales: more NaN
+// scores than K in one row, +inf ones, a row with fewer finite scores than
+// K, and -inf ones.
+PagedProblem with_non_finite_scores(std::uint64_t seed) {
+  PagedProblem p =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {140000, 9000, 4000}, false, seed));
+  const std::size_t block_bytes = p.kv_cache.size() / static_cast<std::size_t>(p.num_blocks);
+  const auto plant = [&](std::int64_t b, std::int32_t from, std::int32_t to, float scale) {
+    for (std::int32_t pos = from; pos < to; ++pos) {
+      const std::int32_t block = p.block_table[b * p.block_table_stride + pos / p.block_size];
+      const std::size_t at = static_cast<std::size_t>(block) * block_bytes +
+                             static_cast<std::size_t>(p.block_size) * p.D + (pos % p.block_size) * sizeof(float);
+      std::memcpy(p.kv_cache.data() + at, &scale, sizeof(float));
+    }
+  };
+  plant(0, 100, 3100, NAN);
+  plant(0, 50000, 50020, INFINITY);
+  plant(1, 0, 8000, NAN);
+  plant(2, 10, 20, -INFINITY);
+  return p;
+}
+
+// The streaming selection (pinned: PagedHooks::Route::kStreamSelect) gives a
+// valid any-tie top K with the prefill operator's values, bit for bit.
+void expect_stream_select_valid(const PagedProblem& p, int K) {
+  const decode::PagedHooks stream{decode::PagedHooks::Route::kStreamSelect};
+  const DevicePaged d(p);
+  const tools::IndexerProblem view = tools::contiguous_view(p);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  Status st;
+  const Result any = run_paged_pinned(d, make_options(K), stream, &st);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_valid_any(view, any, run_prefill(view, det), K);
+}
+
+// Every distribution (ties and dead ReLU cut on equal keys), K 512-2048,
+// blocks of 16 and 64, lengths around K and empty rows; rows long enough to
+// cut many times in a piece and short enough to merge hundreds of pieces.
+TEST(DecodeGpu, StreamSelectEveryDistributionAndLength) {
+  std::uint64_t seed = 600;
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : {512, 1024, 2048}) {
+      for (int bs : {16, 64}) {
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " bs=" + std::to_string(bs));
+        const std::vector<std::int32_t> lens = {0, 1, K - 1, K, K + 1, 5000, 40000, 140000};
+        expect_stream_select_valid(tools::make_paged_problem(paged_spec(dist, 8, 1, 64, bs, lens, false, seed)), K);
+        ++seed;
+      }
+    }
+  }
+}
+
+// Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), a 1M
+// context over every CTA (its list merged from ~260 pieces), NaN and Inf.
+TEST(DecodeGpu, StreamSelectManyRowsLongContextAndNonFinite) {
+  const auto problem = [](Distribution dist, std::int64_t B, int bs, std::vector<std::int32_t> lens,
+                           std::uint64_t seed) {
+    return tools::make_paged_problem(paged_spec(dist, B, 1, 64, bs, std::move(lens), false, seed));
+  };
+  expect_stream_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 610), 610), 2048);
+  expect_stream_select_valid(problem(Distribution::kModelLike, 40, 64, ragged(40, 0, 140000, 611), 611), 2048);
+  expect_stream_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 612), 2048);
+  expect_stream_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 613), 1024);
+  expect_stream_select_valid(with_non_finite_scores(614), 2048);
+}
+
+// Small enough for the sanitizers: a cut within a piece (8K keys a row
+// over few CTAs), ties, a row of K + 1 keys.
+TEST(DecodeGpu, StreamSelectSmall) {
+  expect_stream_select_valid(
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {20000, 2049}, false, 620)), 2048);
+  expect_stream_select_valid(
+      tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 32, {9000, 3000, 513}, false, 621)), 512);
+}
+
+// Where it cannot take the call (two tokens a request), a pinned call is an
+// invalid argument and writes nothing.
+TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
+  const decode::PagedHooks stream{decode::PagedHooks::Route::kStreamSelect};
+  const PagedProblem two =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
+  const DevicePaged d(two);
+  Status st;
+  const Result none = run_paged_pinned(d, make_options(2048), stream, &st);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  std::int32_t poison = 0;
+  std::memset(&poison, testing::kPoison, sizeof(poison));
+  for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
+}
+
 // Many short ragged requests: a CTA's run crosses many units of one to
 // eleven tiles, so one of the two key producers often has no tile in a unit
 // and the unit slots are reused many times (the producers' arrivals on them).
@@ -411,22 +502,7 @@ TEST(DecodeGpu, FusedSelectManyRowsAndLongContext) {
 // NaN and Inf scores (planted key scales) rank as the contract says on the
 // fused selection too: NaN as -inf, +inf above everything.
 TEST(DecodeGpu, FusedSelectNonFiniteScores) {
-  PagedProblem p =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {140000, 9000, 4000}, false, 320));
-  const std::size_t block_bytes = p.kv_cache.size() / static_cast<std::size_t>(p.num_blocks);
-  const auto plant = [&](std::int64_t b, std::int32_t from, std::int32_t to, float scale) {
-    for (std::int32_t pos = from; pos < to; ++pos) {
-      const std::int32_t block = p.block_table[b * p.block_table_stride + pos / p.block_size];
-      const std::size_t at = static_cast<std::size_t>(block) * block_bytes +
-                             static_cast<std::size_t>(p.block_size) * p.D + (pos % p.block_size) * sizeof(float);
-      std::memcpy(p.kv_cache.data() + at, &scale, sizeof(float));
-    }
-  };
-  plant(0, 100, 3100, NAN);       // more NaN scores than K in one row
-  plant(0, 50000, 50020, INFINITY);
-  plant(1, 0, 8000, NAN);         // fewer finite scores than K
-  plant(2, 10, 20, -INFINITY);
-  expect_problem_matches_prefill(p, 2048);
+  expect_problem_matches_prefill(with_non_finite_scores(320), 2048);
 }
 
 // The fused selection under a CUDA graph, replayed with new lengths (across K

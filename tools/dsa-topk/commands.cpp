@@ -741,6 +741,7 @@ constexpr std::int64_t kMaxJudgedScores = std::int64_t{1} << 28;
 // bits and the fused select kernel takes each row's top K.
 constexpr const char* kDecodeUnfused = "unfused";
 constexpr const char* kDecodeFusedSelect = "fused-select";
+constexpr const char* kDecodeStreamSelect = "stream-select";  // pinned only (decode::PagedHooks)
 // Bytes of one cached key: D FP8 bytes and an fp32 scale.
 constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
 
@@ -766,7 +767,7 @@ struct DecodeRow {
   // CUDA, route by shape: the two pinned routes and the math-only control
   // timed beside the operator (0: not timed; fused_ms also where the fused
   // selection cannot take the call).
-  double unfused_ms = 0, fused_ms = 0, math_ms = 0;
+  double unfused_ms = 0, fused_ms = 0, math_ms = 0, stream_ms = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -920,9 +921,11 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
       s.hooks.route = Route::kFusedSelect;
     } else if (route == kDecodeUnfused) {
       s.hooks.route = Route::kUnfused;
+    } else if (route == kDecodeStreamSelect) {
+      s.hooks.route = Route::kStreamSelect;
     } else if (route != "by-shape") {
-      throw std::invalid_argument("--route: --op decode takes by-shape, " + std::string(kDecodeFusedSelect) + " or " +
-                                  kDecodeUnfused + ", got '" + route + "'");
+      throw std::invalid_argument("--route: --op decode takes by-shape, " + std::string(kDecodeFusedSelect) + ", " +
+                                  kDecodeStreamSelect + " or " + kDecodeUnfused + ", got '" + route + "'");
     }
   }
   return s;
@@ -986,9 +989,8 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     row.result = std::string("generating the problem: ") + e.what();
     return row;
   }
-  row.route = decode::make_plan(prob.params(nullptr, nullptr, s.options, false), s.hooks).fused_select
-                  ? kDecodeFusedSelect
-                  : kDecodeUnfused;
+  const decode::PagedPlan plan = decode::make_plan(prob.params(nullptr, nullptr, s.options, false), s.hooks);
+  row.route = plan.fused_select ? kDecodeFusedSelect : plan.stream_select ? kDecodeStreamSelect : kDecodeUnfused;
   if (s.backend == Backend::kCuda && s.hooks.route == decode::PagedHooks::Route::kByShape) {
     PagedComparison cmp;
     const Status st = compare_paged_on_device(prob, s.options, s.values, s.reps, &cmp);
@@ -1004,6 +1006,10 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     if (cmp.fused_possible) {
       row.fused_ms = median(cmp.fused_ms);
       outs.emplace_back(kDecodeFusedSelect, &cmp.fused);
+    }
+    if (cmp.stream_possible) {
+      row.stream_ms = median(cmp.stream_ms);
+      outs.emplace_back(kDecodeStreamSelect, &cmp.stream);
     }
     row.result = judge_decode(prob, row, s, outs);
     return row;
@@ -1029,7 +1035,7 @@ constexpr const char* kDecodeColumns =
     "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:>8} {:>6} {:<12} ";
 // With the pinned routes and the control timed beside the operator: their ms
 // and theirs / the operator's, then the control's ms and what it leaves.
-constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>8} ";
+constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8} ";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
@@ -1051,12 +1057,17 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
                "in turn\n"
                "math ms: the math-only control (the scoring launches with every score folded into a checksum: no "
                "score\nstored, no top-k); sel ms = ms - math ms, what the selection and the scores' round trip "
-               "expose\n");
+               "expose\n"
+               "ssel ms: the streaming selection pinned (one-token rows, any ties, unsorted: each row piece's top K "
+               "kept in\nthe scoring kernel's shared memory, no scores stored, no top-k launch); xssel = its ms / the "
+               "operator's\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
              "bound", "tgt ms", "xtgt", "route");
-  if (routes) fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "math ms", "sel ms");
+  if (routes) {
+    fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "ssel ms", "xssel", "math ms", "sel ms");
+  }
   fmt::print(" result\n");
   for (const DecodeRow& r : rows) {
     const DecodeBounds b = decode_bounds(r, ceilings);
@@ -1069,7 +1080,8 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
       const bool timed = r.ms > 0;
       fmt::print(kDecodeRouteColumns, cell(r.unfused_ms > 0, r.unfused_ms, 3),
                  cell(timed && r.unfused_ms > 0, r.unfused_ms / r.ms, 2), cell(r.fused_ms > 0, r.fused_ms, 3),
-                 cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2), cell(r.math_ms > 0, r.math_ms, 3),
+                 cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2), cell(r.stream_ms > 0, r.stream_ms, 3),
+                 cell(timed && r.stream_ms > 0, r.stream_ms / r.ms, 2), cell(r.math_ms > 0, r.math_ms, 3),
                  cell(timed && r.math_ms > 0, r.ms - r.math_ms, 4));
     }
     fmt::print(" {}\n", r.result);
@@ -1090,7 +1102,8 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"hbm_bound_ms", b.hbm_ms}, {"fp8_bound_ms", b.fp8_ms},
                    {"bound", b.bound()},     {"route", r.backend == "cuda" ? r.route : ""},
                    {"unfused_ms", r.unfused_ms}, {"fused_select_ms", r.fused_ms},
-                   {"math_only_ms", r.math_ms},  {"target_ms", b.target_ms},
+                   {"math_only_ms", r.math_ms},  {"stream_select_ms", r.stream_ms},
+                   {"target_ms", b.target_ms},
                    {"result", r.result}});
   }
   return out;

@@ -268,9 +268,9 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   DevicePagedInputs inputs;
   if (Status st = inputs.upload(prob); !st.ok()) return st;
   // Each side: the same inputs, outputs of its own.
-  constexpr int kOp = 0, kUnfused = 1, kFused = 2, kSides = 3;
+  constexpr int kOp = 0, kUnfused = 1, kFused = 2, kStream = 3, kSides = 4;
   DeviceBuffer indices[kSides], values[kSides];
-  tools::TopkOutput* results[kSides] = {&out->op, &out->unfused, &out->fused};
+  tools::TopkOutput* results[kSides] = {&out->op, &out->unfused, &out->fused, &out->stream};
   PagedIndexerTopkParams p[kSides];
   for (int i = 0; i < kSides; ++i) {
     const Status st = prepare_outputs(prob.rows(), options, want_values, indices[i], values[i], results[i]);
@@ -279,11 +279,13 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     inputs.bind(&p[i]);
   }
   using Route = decode::PagedHooks::Route;
-  decode::PagedHooks unfused_hooks, fused_hooks, math_hooks;
+  decode::PagedHooks unfused_hooks, fused_hooks, math_hooks, stream_hooks;
   unfused_hooks.route = Route::kUnfused;
   fused_hooks.route = Route::kFusedSelect;
   math_hooks.route = Route::kMathOnly;
+  stream_hooks.route = Route::kStreamSelect;
   out->fused_possible = decode::fused_select_possible(p[kFused], decode::make_plan(p[kFused]));
+  out->stream_possible = decode::stream_select_possible(p[kStream], decode::make_plan(p[kStream]));
 
   // The control writes no output: its buffers only take the poison.
   DeviceBuffer math_indices, math_values;
@@ -293,11 +295,14 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   PagedIndexerTopkParams math_p = prob.params(math_indices.as<std::int32_t>(), math_values.as<float>(), options, false);
   inputs.bind(&math_p);
 
-  Workspace op_ws, unfused_ws, fused_ws, math_ws;
+  Workspace op_ws, unfused_ws, fused_ws, math_ws, stream_ws;
   st = op_ws.alloc(p[kOp], &indexer_topk_paged_workspace_size);
   if (st.ok()) st = unfused_ws.alloc_bytes(decode::paged_workspace_size(p[kUnfused], unfused_hooks));
   if (st.ok()) st = math_ws.alloc_bytes(decode::paged_workspace_size(math_p, math_hooks));
   if (st.ok() && out->fused_possible) st = fused_ws.alloc_bytes(decode::paged_workspace_size(p[kFused], fused_hooks));
+  if (st.ok() && out->stream_possible) {
+    st = stream_ws.alloc_bytes(decode::paged_workspace_size(p[kStream], stream_hooks));
+  }
   if (!st.ok()) return st;
   const std::size_t elems = out->op.indices.size();
   std::vector<TimedSide> sides = {
@@ -309,9 +314,13 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     sides.push_back(poisoned_side(pinned_paged_call(p[kFused], fused_ws, fused_hooks), indices[kFused], values[kFused], elems,
                                   &out->fused_ms));
   }
+  if (out->stream_possible) {
+    sides.push_back(poisoned_side(pinned_paged_call(p[kStream], stream_ws, stream_hooks), indices[kStream],
+                                  values[kStream], elems, &out->stream_ms));
+  }
   st = timed_rounds(reps, sides, "timed call");
   for (int i = 0; st.ok() && i < kSides; ++i) {
-    if (i == kFused && !out->fused_possible) break;
+    if ((i == kFused && !out->fused_possible) || (i == kStream && !out->stream_possible)) continue;
     st = download(indices[i], values[i], results[i]);
   }
   return st;

@@ -34,10 +34,12 @@ Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions&
 // The math-only control (decode::PagedHooks::Route::kMathOnly: the scoring
 // launches with the scores folded into a checksum) is timed in the same
 // rounds; it writes no output, so it is not judged.
+// The streaming selection (pinned) is timed too where it can take the call.
 struct PagedComparison {
-  tools::TopkOutput op, unfused, fused;  // the last result of each
-  std::vector<double> op_ms, unfused_ms, fused_ms, math_ms;
-  bool fused_possible = false;  // decode::fused_select_possible: fused and fused_ms were timed
+  tools::TopkOutput op, unfused, fused, stream;  // the last result of each
+  std::vector<double> op_ms, unfused_ms, fused_ms, math_ms, stream_ms;
+  bool fused_possible = false;   // decode::fused_select_possible: fused and fused_ms were timed
+  bool stream_possible = false;  // decode::stream_select_possible: stream and stream_ms were timed
 };
 Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
                                int reps, PagedComparison* out);

@@ -87,8 +87,9 @@ const std::vector<Command>& commands() {
         "--op decode: ms, GB/s of cache + q + w read, % of the in-run HBM read ceiling, and the times\n"
         "at that ceiling and at the FP8 GEMM rate; --B, --next-n, --L each replace their axis of the\n"
         "decode grid (B 1,4,32,128,256 x next_n 1,2,4 x L 8K,32K,128K, and 1M for B <= 4). On cuda,\n"
-        "by shape, the operator's two routes pinned (unfused; fused selection where it can take the\n"
-        "call) are timed call by call in turn with it and verified too; --route R times route R alone.\n"
+        "by shape, the operator's routes pinned (unfused; fused and streaming selection where they can\n"
+        "take the call) are timed call by call in turn with it and verified too, beside its math-only\n"
+        "control; each row shows issue #34's target; --route R times route R alone.\n"
         "--op merge: merge_topk over P parts' top-part_k lists of R rows, generated as context-parallel\n"
         "ranks make them; ms, GB/s of the parts read + the [R, K] result written, % of the in-run HBM\n"
         "read ceiling, verified bit for bit against the CPU reference; grid P 2,4,8 x R 64,4096 at\n"
@@ -128,7 +129,8 @@ const std::vector<Command>& commands() {
           "(--backend cuda) the operator's route: --op indexer by-shape,\n"
           "fused or unfused (default by shape: unfused up to 128K keys);\n"
           "--op decode by-shape, fused-select (where the select kernel\n"
-          "can take the call) or unfused"}},
+          "can take the call), stream-select (one-token rows, any ties,\n"
+          "unsorted) or unfused"}},
         {}},
        dsa::cli::run_bench},
       {"run the indexer on a safetensors dump",
