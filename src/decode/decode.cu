@@ -373,10 +373,11 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
 Status launch_stream_select(const PagedPlan& plan, const IndexerInputs& in, const scoring::PagedKeys& keys,
                             std::uint32_t* state, std::uint64_t* list, std::int32_t k, std::int32_t* indices,
                             float* values, CUstream_st* stream) {
+  constexpr const char* kOp = "indexer_topk_paged";
   stream_select_zero_kernel<<<static_cast<unsigned>(in.num_queries), kStreamZeroThreads, 0, stream>>>(state, k, indices,
                                                                                                     values);
   const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return cuda_error(err, "indexer_topk_paged", "zero kernel launch");
+  if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const StreamSelectSink sink{state, list, plan.stream_list_capacity, k, indices, values};
   return scoring::launch_scoring<64, StreamSelectSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                              /*programmatic=*/true);

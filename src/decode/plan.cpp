@@ -81,9 +81,13 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
   plan.padded = plan.rows_per_request != p.next_n;
   plan.mapped = plan.padded || p.physical_slots;
   plan.ranges_from_lengths = p.next_n == 1 && !plan.padded && p.num_blocks > 0 && p.batch <= kZeroStartRows;
-  const auto request_bytes = static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
-  plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
-                                                    std::max<std::int64_t>(p.batch, 1))};
+  // Requests a batch: as many as kScoresBytes holds at `request_bytes` each (at least one).
+  const auto batches_of = [&](std::size_t request_bytes) {
+    return Batches{p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / request_bytes), 1,
+                                                     std::max<std::int64_t>(p.batch, 1))};
+  };
+  plan.batches =
+      batches_of(static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float));
   const std::int64_t n = p.max_context();
   const std::int64_t parts = (n + kSelectPartKeys - 1) / kSelectPartKeys;
   const bool faster = n >= kFusedSelectMinKeys && plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
@@ -100,9 +104,7 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
   if (plan.stream_select) {
     // No scores buffer: the batches are bounded by the rows' lists instead.
     plan.stream_list_capacity = std::max<std::int64_t>(n, 1);
-    const auto list_bytes = static_cast<std::size_t>(plan.stream_list_capacity) * sizeof(std::uint64_t);
-    plan.batches = {p.batch, std::clamp<std::int64_t>(static_cast<std::int64_t>(kScoresBytes / list_bytes), 1,
-                                                      std::max<std::int64_t>(p.batch, 1))};
+    plan.batches = batches_of(static_cast<std::size_t>(plan.stream_list_capacity) * sizeof(std::uint64_t));
   }
   const std::int64_t launch_rows = p.batch * plan.rows_per_request;
   plan.prepare = item_grid(plan.padded ? launch_rows * p.num_heads : launch_rows);

@@ -37,6 +37,7 @@
 #include "common/warp.h"
 #include "decode/plan.h"
 #include "scoring/config.h"
+#include "selection/device/radix.cuh"
 
 namespace dsa::decode {
 
@@ -106,39 +107,24 @@ struct StreamSelectSink {
     for (int i = 0; i < scoring::kWarpgroupWarps; ++i) total += g.sums[slot][i];
     return total;
   }
-  // The warpgroup's exclusive prefix sum of x in thread order, and its total.
-  __device__ static std::uint32_t group_scan(Group& g, std::uint32_t x, int slot, std::uint32_t* total) {
+  // The warpgroup's exclusive prefix sum of x in thread order.
+  __device__ static std::uint32_t group_scan(Group& g, std::uint32_t x, int slot) {
     const int lane = group_thread() % kWarpSize, warp = group_thread() / kWarpSize;
-    std::uint32_t inclusive = x;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const std::uint32_t y = __shfl_up_sync(kFullWarp, inclusive, d);
-      if (lane >= d) inclusive += y;
-    }
+    const std::uint32_t inclusive = selection::device::warp_inclusive_sum(x);
     if (lane == kWarpSize - 1) g.sums[slot][warp] = inclusive;
     group_sync();
-    std::uint32_t before = 0, all = 0;
+    std::uint32_t before = 0;
 #pragma unroll
-    for (int i = 0; i < scoring::kWarpgroupWarps; ++i) {
-      const std::uint32_t s = g.sums[slot][i];
-      before += i < warp ? s : 0u;
-      all += s;
-    }
-    *total = all;
+    for (int i = 0; i < scoring::kWarpgroupWarps; ++i) before += i < warp ? g.sums[slot][i] : 0u;
     return before + inclusive - x;
   }
 
   // Appends each lane's entries with `take`, two a lane, one shared atomic
-  // a warp; the warpgroup's count must leave room for them.
+  // a warp (warp_append); the warpgroup's count must leave room for them.
   __device__ static void append(Group& g, bool take0, std::uint64_t entry0, bool take1, std::uint64_t entry1) {
-    const std::uint32_t b0 = __ballot_sync(kFullWarp, take0), b1 = __ballot_sync(kFullWarp, take1);
-    if ((b0 | b1) == 0) return;
-    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
-    std::uint32_t base = 0;
-    if (lane == 0) base = atomicAdd(&g.count, static_cast<std::uint32_t>(__popc(b0) + __popc(b1)));
-    base = __shfl_sync(kFullWarp, base, 0);
-    const std::uint32_t below = (1u << lane) - 1u;
-    const std::uint32_t at = base + static_cast<std::uint32_t>(__popc(b0 & below) + __popc(b1 & below));
+    const std::uint32_t n = (take0 ? 1u : 0u) + (take1 ? 1u : 0u);
+    if (!__any_sync(kFullWarp, n != 0)) return;
+    const std::uint32_t at = selection::device::warp_append<2>(n, &g.count);
     if (take0) g.entries[at] = entry0;
     if (take1) g.entries[at + (take0 ? 1u : 0u)] = entry1;
   }
@@ -195,15 +181,14 @@ struct StreamSelectSink {
       above += key[j] > v ? 1u : 0u;
       ties += key[j] == v ? 1u : 0u;
     }
-    std::uint32_t all_above = 0, all_ties = 0;
     const std::uint32_t above_total = group_sum(g, above, slot);
     slot ^= 1;
-    const std::uint32_t tie_rank = group_scan(g, ties, slot, &all_ties);
+    const std::uint32_t tie_rank = group_scan(g, ties, slot);
     slot ^= 1;
     const std::uint32_t tie_quota = kk - above_total;  // 1..all_ties
     const std::uint32_t tie_kept =
         tie_rank >= tie_quota ? 0u : (tie_quota - tie_rank < ties ? tie_quota - tie_rank : ties);
-    const std::uint32_t at = group_scan(g, above + tie_kept, slot, &all_above);
+    const std::uint32_t at = group_scan(g, above + tie_kept, slot);
     // Every thread holds its entries in registers: the front may be rewritten.
     group_sync();
     std::uint32_t out = at, tied = 0;

@@ -764,9 +764,9 @@ struct DecodeRow {
   int block_size = 64, K = 0, heads = 64;
   double ms = 0;  // median of the timed calls; 0 = not timed
   const char* route = kDecodeUnfused;  // the CUDA operator's (decode::make_plan)
-  // CUDA, route by shape: the two pinned routes and the math-only control
-  // timed beside the operator (0: not timed; fused_ms also where the fused
-  // selection cannot take the call).
+  // CUDA, route by shape: the pinned routes and the math-only control timed
+  // beside the operator (0: not timed, as fused_ms and stream_ms are where
+  // their route cannot take the call).
   double unfused_ms = 0, fused_ms = 0, math_ms = 0, stream_ms = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
@@ -1051,7 +1051,7 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
              kCachedKeyBytes, kHeadDim, kDecodeUnfused, kDecodeFusedSelect);
   const bool routes = std::any_of(rows.begin(), rows.end(), [](const DecodeRow& r) { return r.unfused_ms > 0; });
   if (routes) {
-    fmt::print("unf ms, fsel ms: the two routes pinned, timed call by call in turn with the operator (fsel: where "
+    fmt::print("unf ms, fsel ms: two of the routes pinned, timed call by call in turn with the operator (fsel: where "
                "the fused\nselection can take the call); xunf, xfsel = their ms / the operator's. A side's place in\nthe round can "
                "move calls of tens of us by several % (docs/perf-log.md, B41): compare such rows by --route runs "
                "in turn\n"
