@@ -9,6 +9,9 @@
 #   cluster   topk_cluster_kernel, decode 1 x 128K (one launch)
 #   paged     indexer_scores_kernel over the paged cache, decode 256 x 128K
 #   paged1    the same kernel at decode 1 x 128K (latency-bound: one request)
+#   pagedmath the same kernel as the decode math-only control (ChecksumSink), 256 x 128K
+#   stream    the same kernel with the streaming selection (StreamSelectSink,
+#             --route stream-select), 256 x 128K
 #   merge     merge_kernel, P 8 x R 4096 parts at K 2048
 #   scores    indexer_scores_kernel (StoreSink), 4096 x 32K
 #   topk128k  the standalone top-k at 4096 x 128K
@@ -26,7 +29,7 @@ if [ "${1:-}" = --dsa-topk ]; then
   shift 2
 fi
 if [ "$#" = 0 ]; then
-  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|merge|scores|topk128k|filter ..." >&2
+  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|pagedmath|stream|merge|scores|topk128k|filter ..." >&2
   exit 2
 fi
 mkdir -p "$OUT"
@@ -65,6 +68,9 @@ for target in "$@"; do
     cluster) profile cluster topk_cluster --op decode --B 1 --next-n 1 --L 131072 ;;
     paged) profile paged indexer_scores --op decode --B 256 --next-n 1 --L 131072 ;;
     paged1) profile paged1 indexer_scores --op decode --B 1 --next-n 1 --L 131072 ;;
+    pagedmath) profile pagedmath "indexer_scores.*ChecksumSink" --op decode --B 256 --next-n 1 --L 131072 ;;
+    stream) profile stream "indexer_scores.*StreamSelectSink" --op decode --B 256 --next-n 1 --L 131072 \
+      --route stream-select ;;
     merge) profile merge merge_kernel --op merge --P 8 --R 4096 ;;
     scores) profile scores indexer_scores --op scores --T 4096 --N 32768 ;;
     topk128k) profile topk128k "topk_" --op topk --T 4096 --N 131072 ;;
