@@ -82,6 +82,7 @@ struct alignas(1024) SharedStorage {
   RowRange rows[kUnitSlots][kTileCols / 32];         // [slot][query]: the unit's row ranges (empty past T)
   Unit unit[kUnitSlots];
   sm90::Pipeline<kStages> pipeline;
+  std::uint64_t unit_keys[kUnitSlots];   // unit written (the scheduler warp's lane 0): the producers' wait
   std::uint64_t unit_full[kUnitSlots];   // unit, half_w and rows written (the scheduler warp's 32 lanes)
   std::uint64_t q_full[kUnitSlots];      // the unit's Q block landed (TMA)
   std::uint64_t unit_empty[kUnitSlots];  // every math thread (and producer, if several) is done with the slot

@@ -295,7 +295,15 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
       skip = 0;
       if (n > 0) break;
     }
-    if (lane == 0) smem.unit[slot] = unit;
+    // The producers need the unit alone: they start its loads (Q, the table
+    // entries, the first key tiles) while this warp loads the weights and
+    // ranges, whose latency at a unit's start (most of a short run's
+    // start-up chain) they would otherwise wait behind. Lane 0 wrote the
+    // unit, so its arrival alone releases it.
+    if (lane == 0) {
+      smem.unit[slot] = unit;
+      sm90::barrier_arrive(&smem.unit_keys[slot]);
+    }
     if (unit.tiles > 0) {
       // The math warps read the rows' ranges here rather than from global
       // memory at the start of the unit, where the loads' latency would
@@ -331,7 +339,7 @@ __device__ __forceinline__ void produce(SharedStorage& smem, const CUtensorMap* 
   st.advance(producer);
   for (std::uint32_t u = 0;; ++u) {
     const auto [slot, parity] = sm90::ring_slot<kUnitSlots>(u);
-    sm90::barrier_wait(&smem.unit_full[slot], parity);
+    sm90::barrier_wait(&smem.unit_keys[slot], parity);
     const Unit unit = smem.unit[slot];
     if (unit.tiles == 0) return;
     // With several producers, the scheduler must not rewrite the slot before
@@ -519,6 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     smem.pipeline.init(kWarpgroupThreads);  // every thread of the tile's math warpgroup
     for (int s = 0; s < kUnitSlots; ++s) {
+      sm90::barrier_init(&smem.unit_keys[s], 1);          // the scheduler warp's lane 0
       sm90::barrier_init(&smem.unit_full[s], kWarpSize);  // the scheduler warp's lanes
       sm90::barrier_init(&smem.q_full[s], 1);
       // every math thread, and the producers when there are several
