@@ -561,7 +561,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     sm90::setmaxnreg_inc<math_regs(Keys::kProducerRegs)>();
-    consume<kHeads, kCols>(smem, sink_storage<Sink>(smem), args, sink, warpgroup - 1);
+    // The warpgroup index through a shuffle from lane 0: ptxas then knows it
+    // is warp-uniform, keeps the stage ring's index and the products'
+    // descriptors in uniform registers and drops most of the moves into them
+    // (R2UR 21 -> 9 in the contiguous kernels; docs/perf-log.md S51).
+    const int math_wg = __shfl_sync(0xFFFFFFFFu, warpgroup - 1, 0);
+    consume<kHeads, kCols>(smem, sink_storage<Sink>(smem), args, sink, math_wg);
   }
 }
 
