@@ -297,7 +297,7 @@ __device__ __forceinline__ void schedule(SharedStorage& smem, const ScoresArgs& 
     }
     // The producers need the unit alone: they start its loads (Q, the table
     // entries, the first key tiles) while this warp loads the weights and
-    // ranges, whose latency at a unit's start (most of a short run's
+    // ranges, whose latency at a unit's start (a link of a short run's
     // start-up chain) they would otherwise wait behind. Lane 0 wrote the
     // unit, so its arrival alone releases it.
     if (lane == 0) {
@@ -562,9 +562,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     sm90::setmaxnreg_inc<math_regs(Keys::kProducerRegs)>();
     // The warpgroup index through a shuffle from lane 0: ptxas then knows it
-    // is warp-uniform, keeps the stage ring's index and the products'
-    // descriptors in uniform registers and drops most of the moves into them
-    // (R2UR 21 -> 9 in the contiguous kernels; docs/perf-log.md S51).
+    // is warp-uniform and keeps the stage ring's index and the products'
+    // descriptors in uniform registers, without most of the moves into them
+    // that a per-thread index costs on every tile (docs/perf-log.md S51).
     const int math_wg = __shfl_sync(0xFFFFFFFFu, warpgroup - 1, 0);
     consume<kHeads, kCols>(smem, sink_storage<Sink>(smem), args, sink, math_wg);
   }
