@@ -10,6 +10,9 @@
 #   paged     indexer_scores_kernel over the paged cache, decode 256 x 128K
 #   paged1    the same kernel at decode 1 x 128K (latency-bound: one request)
 #   pagedmath the same kernel as the decode math-only control (ChecksumSink), 256 x 128K
+#   hist1     the same kernel as the fused selection's scoring launch
+#             (HistStoreSink, --route fused-select), 1 x 128K
+#   select1   the fused selection's select kernel after it, 1 x 128K
 #   stream    the same kernel with the streaming selection (StreamSelectSink,
 #             --route stream-select), 256 x 128K
 #   merge     merge_kernel, P 8 x R 4096 parts at K 2048
@@ -29,7 +32,7 @@ if [ "${1:-}" = --dsa-topk ]; then
   shift 2
 fi
 if [ "$#" = 0 ]; then
-  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|pagedmath|stream|merge|scores|topk128k|filter ..." >&2
+  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|pagedmath|hist1|select1|stream|merge|scores|topk128k|filter ..." >&2
   exit 2
 fi
 mkdir -p "$OUT"
@@ -69,6 +72,9 @@ for target in "$@"; do
     paged) profile paged indexer_scores --op decode --B 256 --next-n 1 --L 131072 ;;
     paged1) profile paged1 indexer_scores --op decode --B 1 --next-n 1 --L 131072 ;;
     pagedmath) profile pagedmath "indexer_scores.*ChecksumSink" --op decode --B 256 --next-n 1 --L 131072 ;;
+    hist1) profile hist1 "indexer_scores.*HistStoreSink" --op decode --B 1 --next-n 1 --L 131072 \
+      --route fused-select ;;
+    select1) profile select1 paged_select_kernel --op decode --B 1 --next-n 1 --L 131072 --route fused-select ;;
     stream) profile stream "indexer_scores.*StreamSelectSink" --op decode --B 256 --next-n 1 --L 131072 \
       --route stream-select ;;
     merge) profile merge merge_kernel --op merge --P 8 --R 4096 ;;
