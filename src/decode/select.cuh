@@ -2,8 +2,8 @@
 // the top K of few rows without the standalone top-k's passes over them.
 //   1. The scoring kernel writes the scores as StoreSink does and, with
 //      HistStoreSink, counts each row's score keys by their top
-//      kSelectBinBits bits: per math warpgroup in shared memory, added into
-//      the row's histogram in global memory at the end of each unit (zeroed
+//      kSelectBinBits bits: per CTA in shared memory, added into the row's
+//      histogram in global memory at the end of each unit (zeroed
 //      by a small kernel before it, which the scoring kernel overlaps).
 //   2. The select kernel, launched programmatically after it, gives each
 //      row select_parts CTAs of kSelectPartKeys positions each. Each reads
@@ -47,15 +47,12 @@ struct HistStoreSink {
   scoring::StoreSink store;  // the scores, as indexer_scores writes them
   std::uint32_t* state;      // [rows, kSelectStateWords]: the histogram first, zero at launch
   struct Shared {
-    std::uint32_t bins[scoring::kMathWarpgroups][kSelectBins];
+    std::uint32_t bins[kSelectBins];
   };
   template <int R>
   struct Lane {};
   __device__ void init(Shared& sh) const {
-    for (int i = static_cast<int>(threadIdx.x); i < scoring::kMathWarpgroups * kSelectBins;
-         i += static_cast<int>(blockDim.x)) {
-      (&sh.bins[0][0])[i] = 0;
-    }
+    for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += static_cast<int>(blockDim.x)) sh.bins[i] = 0;
   }
   template <int R>
   __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
@@ -67,38 +64,38 @@ struct HistStoreSink {
     scoring::StoreSink::Lane<R> none;
     scoring::StoreSink::Shared unused;
     store.put(none, unused, t0, lane, key, score, valid);
-    std::uint32_t* bins = sh.bins[threadIdx.x / scoring::kWarpgroupThreads - 1];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (valid[r][half]) atomicAdd(&bins[select_bin(score_key_fast(score[r][half]))], 1u);
+        if (valid[r][half]) atomicAdd(&sh.bins[select_bin(score_key_fast(score[r][half]))], 1u);
       }
     }
   }
-  // The warpgroup's counts of the unit, into the row's histogram (its
-  // threads alone meet at a named barrier before and after, so the other
-  // warpgroup's products go on); the shared loads unrolled, so their
-  // latencies overlap.
+  // The CTA's counts of the unit, into the row's histogram: one histogram
+  // for both math warpgroups halves the global additions of a unit (both
+  // warpgroups' tiles of a row land in the same bins). Every math thread
+  // passes finish once per unit (the warpgroups walk the same units), so
+  // the math threads alone meet at a named barrier before and after and the
+  // producer goes on; the shared loads unrolled, so their latencies overlap.
   // The histograms are zeroed by the kernel launched before (select_zero_
   // kernel), which this one may overlap: its writes are waited for here.
+  static constexpr int kFlushBarrier = 1 + scoring::kMathWarpgroups;  // after the warpgroups' own (1, 2)
   template <int R>
   __device__ void finish(Lane<R>&, Shared& sh, std::int64_t t0, int) const {
-    const int wg = static_cast<int>(threadIdx.x) / scoring::kWarpgroupThreads - 1;
     sm90::wait_for_prerequisite_grids();
-    sm90::named_barrier_sync(1 + wg, scoring::kWarpgroupThreads);
-    std::uint32_t* bins = sh.bins[wg];
+    sm90::named_barrier_sync(kFlushBarrier, scoring::kMathThreads);
     std::uint32_t* row = state + t0 * kSelectStateWords;
+    const int tid = static_cast<int>(threadIdx.x) - scoring::kWarpgroupThreads;  // math threads follow the producers
 #pragma unroll 8
-    for (int b = static_cast<int>(threadIdx.x) % scoring::kWarpgroupThreads; b < kSelectBins;
-         b += scoring::kWarpgroupThreads) {
-      const std::uint32_t n = bins[b];
+    for (int b = tid; b < kSelectBins; b += scoring::kMathThreads) {
+      const std::uint32_t n = sh.bins[b];
       if (n != 0) {
         atomicAdd(row + b, n);
-        bins[b] = 0;
+        sh.bins[b] = 0;
       }
     }
-    sm90::named_barrier_sync(1 + wg, scoring::kWarpgroupThreads);
+    sm90::named_barrier_sync(kFlushBarrier, scoring::kMathThreads);
   }
 };
 
