@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cub/block/block_scan.cuh>
+#include <cuda/atomic>
 
 #include <cstdint>
 
@@ -236,13 +237,15 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     }
   }
 
-  // The row's last CTA (its counter read after every other CTA's writes,
-  // fenced before their increments) fills the slots the bin owes.
+  // The row's last CTA fills the slots the bin owes. The barrier gathers
+  // the CTA's writes; thread 0's acq_rel increment publishes them at device
+  // scope and, in the last CTA, acquires every other CTA's (the next barrier
+  // passes them on). Sequentially consistent fences around a relaxed
+  // increment would each wait for all of the thread's memory operations.
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(counters + kDoneCounter, 1u) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
-    __threadfence();
+    cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(counters[kDoneCounter]);
+    last = done.fetch_add(1u, cuda::memory_order_acq_rel) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
     taken = 0;
     tied = 0;
   }
