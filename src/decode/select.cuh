@@ -30,6 +30,7 @@
 #include "common/row_range.cuh"
 #include "common/sm90/barrier.cuh"
 #include "common/sm90/grid_dependency.cuh"
+#include "common/sm90/prefetch.cuh"
 #include "decode/plan.h"
 #include "scoring/config.h"
 #include "scoring/epilogue.cuh"
@@ -53,6 +54,10 @@ struct HistStoreSink {
   template <int R>
   struct Lane {};
   __device__ void init(Shared& sh) const {
+    // The histogram's and the scores' pages translated before the first
+    // store and the first flush reach them (the warp is otherwise idle here).
+    if (threadIdx.x == 3 * kWarpSize) sm90::prefetch_l2_line(state);
+    if (threadIdx.x == 3 * kWarpSize + 1) sm90::prefetch_l2_line(store.scores);
     for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += static_cast<int>(blockDim.x)) sh.bins[i] = 0;
   }
   template <int R>
@@ -154,6 +159,17 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
+  // While the scoring kernel runs: the row's range (inputs of the call, not
+  // written by the kernels before) and the pages this CTA writes or reads,
+  // translated before the writes and loads wait on them.
+  const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
+  if (threadIdx.x < 4) {
+    const void* p = threadIdx.x == 0   ? static_cast<const void*>(a.indices + r * K)
+                    : threadIdx.x == 1 ? static_cast<const void*>(a.candidates + r * a.capacity)
+                    : threadIdx.x == 2 ? static_cast<const void*>(a.scores + r * a.stride + part * kSelectPartKeys)
+                    : static_cast<const void*>(a.values != nullptr ? a.values + r * K : nullptr);
+    if (p != nullptr) sm90::prefetch_l2_line(p);
+  }
   // The scores and the histogram are the scoring kernel's, launched before.
   sm90::wait_for_prerequisite_grids();
   const float* row = a.scores + r * a.stride;
@@ -174,7 +190,6 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   std::uint32_t count[kBinsPerThread];
 #pragma unroll
   for (int j = 0; j < kBinsPerThread; ++j) count[j] = __ldcg(state + j * kSelectThreads + threadIdx.x);
-  const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
   const std::int32_t len = range.end - range.begin;
   std::int32_t* out = a.indices + r * K;
   float* vals = a.values != nullptr ? a.values + r * K : nullptr;

@@ -14,6 +14,7 @@
 
 #include "common/sm90/barrier.cuh"
 #include "common/sm90/grid_dependency.cuh"
+#include "common/sm90/prefetch.cuh"
 #include "common/sm90/tma.cuh"
 #include "common/sm90/tma.h"
 #include "common/sm90/wgmma.cuh"
@@ -132,6 +133,7 @@ struct ContiguousKeys {
     return sm90::make_tensor_map_f32_1d(scale_map, in.k_scale, static_cast<std::uint64_t>(in.num_keys), kTileKeys);
   }
   struct Unit {};
+  __device__ __forceinline__ void warm(const ScoresArgs&, int) const {}
   __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const { return t0; }
   __device__ __forceinline__ Unit unit(std::int64_t) const { return {}; }
   __device__ __forceinline__ void load_tile(std::uint8_t* keys, float* scale, const CUtensorMap* k_map,
@@ -184,6 +186,19 @@ struct PagedKeys {
   }
   __device__ __forceinline__ std::int64_t q_row(std::int64_t t0) const {
     return (t0 >> request_shift) * next_n + (t0 & ((1 << request_shift) - 1));
+  }
+  // Lanes of one warp at the kernel's start, beside the run search: the
+  // table, the cache and the weights, touched once so that their address
+  // translations are done by the time the search's result lets the
+  // scheduler and the producers read them (after the inputs' L2 is flushed,
+  // each allocation's first access otherwise waits on a cold translation in
+  // the search's wake).
+  __device__ __forceinline__ void warm(const ScoresArgs& args, int lane) const {
+    const void* p = lane == 0 ? static_cast<const void*>(block_table)
+                    : lane == 1 ? static_cast<const void*>(kv_cache)
+                    : lane == 2 ? static_cast<const void*>(args.w)
+                                : nullptr;
+    if (p != nullptr) sm90::prefetch_l2_line(p);
   }
   // The table entries in flight: one load's latency (~0.3 us from L2) a
   // tile, serialised in the one producer thread, would bound a CTA at ~0.3 us
@@ -522,6 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // route's) may take the SMs this grid's CTAs leave, and waits there for
   // this grid's end; a kernel launched the ordinary way still starts after it.
   sm90::allow_dependent_launch();
+  if (threadIdx.x / kWarpSize == kSchedulerWarp) source.warm(args, static_cast<int>(threadIdx.x % kWarpSize));
   extern __shared__ std::uint8_t smem_raw[];
   SharedStorage& smem = shared_storage(smem_raw);
   if (threadIdx.x == 0) {

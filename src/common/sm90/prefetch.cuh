@@ -15,4 +15,10 @@ __device__ __forceinline__ void prefetch_l2_bulk(std::uintptr_t begin, std::uint
                : "memory");
 }
 
+// Starts bringing the line at p into L2 (no wait). Its address translation
+// happens now, so a later access to the same page finds it done.
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p) : "memory");
+}
+
 }  // namespace dsa::sm90
