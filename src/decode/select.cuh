@@ -55,7 +55,8 @@ struct HistStoreSink {
   struct Lane {};
   __device__ void init(Shared& sh) const {
     // The histogram's and the scores' pages translated before the first
-    // store and the first flush reach them (the warp is otherwise idle here).
+    // store and the first flush reach them, by two lanes of warp 3 (the
+    // producers' warpgroup's warp with no role in the loop).
     if (threadIdx.x == 3 * kWarpSize) sm90::prefetch_l2_line(state);
     if (threadIdx.x == 3 * kWarpSize + 1) sm90::prefetch_l2_line(store.scores);
     for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += static_cast<int>(blockDim.x)) sh.bins[i] = 0;
@@ -159,9 +160,10 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
-  // While the scoring kernel runs: the row's range (inputs of the call, not
-  // written by the kernels before) and the pages this CTA writes or reads,
-  // translated before the writes and loads wait on them.
+  // While the scoring kernel runs: the row's range (the fused route reads
+  // ranges from the call's lengths, fused_select_possible, which no kernel
+  // of the call writes) and the pages this CTA writes or reads, translated
+  // before the writes and loads wait on them.
   const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
   if (threadIdx.x < 4) {
     const void* p = threadIdx.x == 0   ? static_cast<const void*>(a.indices + r * K)

@@ -114,6 +114,9 @@ struct ChecksumSink {
 //   q_rows(T)                     host: rows of q the launch reads (of H heads each);
 //   make_maps(in, k_map, scale_map)
 //                                 host: the tensor maps load_tile reads;
+//   warm(args, lane)              each lane of one warp at the kernel's start:
+//                                 touch what the loads after the run search
+//                                 read (nothing for contiguous keys);
 //   q_row(t0)                     the q row of query block t0's first query;
 //   unit(t0)                      thread 0, once per unit: what load_tile needs
 //                                 of block t0 (the producer has 24 registers);
