@@ -355,14 +355,48 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
                         k,
                         indices,
                         values};
-  cudaLaunchAttribute attr = sm90::programmatic_serialization();
+  cudaLaunchAttribute attrs[2] = {sm90::programmatic_serialization(), {}};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(in.num_queries * plan.select_parts));
   cfg.blockDim = dim3(kSelectThreads);
   cfg.stream = stream;
-  cfg.attrs = &attr;
+  cfg.attrs = attrs;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, paged_select_kernel, args);
+  if (plan.select_cluster) {
+    auto* const kernel = paged_select_kernel<true>;
+    cudaLaunchAttribute& c = attrs[cfg.numAttrs++];
+    c.id = cudaLaunchAttributeClusterDimension;
+    c.val.clusterDim.x = static_cast<unsigned>(plan.select_parts);
+    c.val.clusterDim.y = 1;
+    c.val.clusterDim.z = 1;
+    int device = 0;
+    DeviceLimits limits;
+    Status st = LaunchCache::get().current(&device, &limits);
+    if (!st.ok()) return st;
+    // How many such clusters the device places at once, read once per
+    // cluster size (the tag): none, and the counters' kernel runs instead.
+    int clusters = 0;
+    st = LaunchCache::get().once(
+        reinterpret_cast<const void*>(kernel), device,
+        [&](int* value) -> Status {
+          cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+          if (e != cudaSuccess) return cuda_error(e, kOp, "allowing select clusters of 16 CTAs");
+          cudaLaunchConfig_t probe = cfg;
+          probe.gridDim = dim3(static_cast<unsigned>(plan.select_parts));
+          probe.attrs = &c;
+          probe.numAttrs = 1;
+          e = cudaOccupancyMaxActiveClusters(value, kernel, &probe);
+          return e == cudaSuccess ? Status::Ok() : cuda_error(e, kOp, "reading the select clusters' occupancy");
+        },
+        &clusters, /*tag=*/static_cast<int>(plan.select_parts));
+    if (!st.ok()) return st;
+    if (clusters > 0) {
+      err = cudaLaunchKernelEx(&cfg, kernel, args);
+      return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
+    }
+    cfg.numAttrs = 1;
+  }
+  err = cudaLaunchKernelEx(&cfg, paged_select_kernel<false>, args);
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
 }
 

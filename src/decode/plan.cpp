@@ -96,6 +96,7 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
                       (hooks.route == Route::kFusedSelect || (hooks.route == Route::kByShape && faster));
   if (plan.fused_select) {
     plan.select_parts = parts;
+    plan.select_cluster = parts <= kSelectClusterParts;
     // The K-th key's bin holds ~1 % of a model-like row; an eighth of the
     // row leaves room for far more before the slow path.
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));

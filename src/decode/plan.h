@@ -54,6 +54,9 @@ inline constexpr int kStreamMaxK = 2048;
 // up to 1M keys select in the fused way.
 inline constexpr std::int64_t kSelectPartKeys = 8192;
 inline constexpr std::int64_t kSelectMaxParts = 128;
+// Rows of at most this many parts select as one cluster a row (16 CTAs:
+// past the portable cluster size, allowed per kernel).
+inline constexpr std::int64_t kSelectClusterParts = 16;
 // Where the fused selection is faster than the standalone top-k (A/B,
 // docs/perf-log.md D12-D14): contexts of at least kFusedSelectMinKeys keys
 // and at most kFusedSelectMaxCtas select CTAs a batch (1 x 128K to 2 x 1M
@@ -95,6 +98,10 @@ struct PagedPlan {
   // its CTAs appended; no standalone top-k.
   bool fused_select = false;
   std::int64_t select_parts = 0;      // the select kernel's CTAs a row
+  // A cluster of select_parts CTAs a row (at most kSelectClusterParts),
+  // where the device places such a cluster (the launch falls back to the
+  // counters' kernel where it places none).
+  bool select_cluster = false;
   std::int64_t select_capacity = 0;   // candidates a row holds (more: the bin is resolved from the scores)
   // The same calls (one token a request read as its range, H = 64, any-tie
   // unsorted positions), pinned by PagedHooks: the scoring kernel keeps

@@ -17,10 +17,18 @@
 //      the block radix select on their score keys, or from the row's scores
 //      when the bin held more than the buffer (ties, dead ReLU): exact
 //      either way.
+// Rows of at most kSelectClusterParts parts run as one cluster a row
+// (PagedPlan::select_cluster): each CTA's slots and candidates start at the
+// sum of the lower ranks' counts, read from their shared memory after a
+// cluster barrier, the candidates go to rank 0's shared memory when the bin
+// fits there, and rank 0 selects after a second barrier: on-chip exchanges
+// in place of the counters' global round trips (the claims, the done
+// counter, the last CTA's reload of the candidates).
 // Output in no particular order, any valid choice among ties at the K-th
 // score; rows of at most K keys return them all.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <cuda/atomic>
 
@@ -31,6 +39,7 @@
 #include "common/sm90/barrier.cuh"
 #include "common/sm90/grid_dependency.cuh"
 #include "common/sm90/prefetch.cuh"
+#include "common/warp.h"
 #include "decode/plan.h"
 #include "scoring/config.h"
 #include "scoring/epilogue.cuh"
@@ -145,6 +154,9 @@ inline constexpr int kPerThread = static_cast<int>(kSelectPartKeys) / kSelectThr
 static_assert(kPerThread * kSelectThreads == kSelectPartKeys && kPerThread <= 16, "a part: kPerThread keys a thread");
 inline constexpr int kSelectCached = 4096;
 
+// Cluster: launched as clusters of a.parts CTAs, one a row (the rank is the
+// part); else as independent CTAs meeting at the row's counters.
+template <bool Cluster>
 __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const SelectArgs a) {
   using Scan = cub::BlockScan<std::uint32_t, kSelectThreads>;
   // The histogram, then (the last CTA, after the filter) the bin's entries.
@@ -157,6 +169,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   __shared__ selection::device::RadixShared<std::uint32_t> radix32;
   __shared__ typename Scan::TempStorage scan;
   __shared__ std::uint32_t claimed[2], last, taken, tied;
+  __shared__ std::uint32_t totals;  // Cluster: this CTA's takes (low 16 bits) and candidates (high 16)
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
@@ -232,12 +245,41 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::uint32_t mine = static_cast<std::uint32_t>(__popc(takes)) | static_cast<std::uint32_t>(__popc(cands)) << 16;
   std::uint32_t before = 0, all = 0;
   Scan(scan).ExclusiveSum(mine, before, all);
-  if (threadIdx.x == 0) {
-    claimed[0] = (all & 0xFFFFu) != 0 ? atomicAdd(counters + kTakenCounter, all & 0xFFFFu) : 0u;
-    claimed[1] = (all >> 16) != 0 ? atomicAdd(counters + kCandidateCounter, all >> 16) : 0u;
+  // The bin's keys, as many as the parts append: the histogram counted the
+  // same keys of the same range.
+  const std::uint32_t n = p.in;
+  const bool cached = n <= static_cast<std::uint32_t>(kSelectCached);  // the row's bin fits in shared memory
+  std::uint32_t take_base = 0, entry_base = 0;  // the CTA's first slot and first candidate entry
+  if constexpr (Cluster) {
+    const auto cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x == 0) {
+      totals = all;
+      taken = 0;
+      tied = 0;
+    }
+    // Every rank's totals published, and rank 0 done with its histogram
+    // (its area takes the candidates next).
+    cluster.sync();
+    // Every warp sums the lower ranks' totals itself (a lane a rank), so no
+    // block barrier is needed before the writes.
+    const auto rank = static_cast<int>(cluster.block_rank());
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const std::uint32_t v = lane < rank ? *cluster.map_shared_rank(&totals, lane) : 0u;
+    take_base = __reduce_add_sync(kFullWarp, v & 0xFFFFu);
+    entry_base = __reduce_add_sync(kFullWarp, v >> 16);
+  } else {
+    if (threadIdx.x == 0) {
+      claimed[0] = (all & 0xFFFFu) != 0 ? atomicAdd(counters + kTakenCounter, all & 0xFFFFu) : 0u;
+      claimed[1] = (all >> 16) != 0 ? atomicAdd(counters + kCandidateCounter, all >> 16) : 0u;
+    }
+    __syncthreads();
+    take_base = claimed[0];
+    entry_base = claimed[1];
   }
-  __syncthreads();
-  std::uint32_t slot = claimed[0] + (before & 0xFFFFu), entry = claimed[1] + (before >> 16);
+  std::uint64_t* const appended =
+      Cluster && cached ? cooperative_groups::this_cluster().map_shared_rank(cache, 0) : a.candidates + r * a.capacity;
+  const std::uint32_t room = Cluster && cached ? n : a.capacity;
+  std::uint32_t slot = take_base + (before & 0xFFFFu), entry = entry_base + (before >> 16);
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
@@ -249,7 +291,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
       ++slot;
     }
     if ((cands >> u) & 1u) {
-      if (entry < a.capacity) a.candidates[r * a.capacity + entry] = select_entry(score_key_fast(score[u]), i);
+      if (entry < room) appended[entry] = select_entry(score_key_fast(score[u]), i);
       ++entry;
     }
   }
@@ -259,31 +301,36 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   // scope and, in the last CTA, acquires every other CTA's (the next barrier
   // passes them on). Sequentially consistent fences around a relaxed
   // increment would each wait for all of the thread's memory operations.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(counters[kDoneCounter]);
-    last = done.fetch_add(1u, cuda::memory_order_acq_rel) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
-    taken = 0;
-    tied = 0;
+  if constexpr (Cluster) {
+    // Rank 0 holds the bin's entries (or the buffer does: the barrier's
+    // release and acquire at cluster scope cover global memory too), and no
+    // rank reads another's shared memory after it.
+    const auto cluster = cooperative_groups::this_cluster();
+    cluster.sync();
+    if (cluster.block_rank() != 0 || whole) return;  // the same for every thread of the CTA
+  } else {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(counters[kDoneCounter]);
+      last = done.fetch_add(1u, cuda::memory_order_acq_rel) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
+      taken = 0;
+      tied = 0;
+    }
+    __syncthreads();
+    if (last == 0 || whole) return;  // the same for every thread of the CTA
   }
-  __syncthreads();
-  if (last == 0 || whole) return;  // the same for every thread of the CTA
-  // The bin's keys, as many as the parts appended: the histogram counted the
-  // same keys of the same range (no read of the candidate counter needed).
-  const std::uint32_t n = p.in;
   // The bin's entries: in shared memory when they fit (the radix passes
   // then read them there), else from the candidate buffer (L2) when they
   // all fit there, else from the row's scores on every pass.
   const std::uint64_t* listed = a.candidates + r * a.capacity;
   const bool in_buffer = n <= a.capacity;
-  const bool cached = in_buffer && n <= static_cast<std::uint32_t>(kSelectCached);
-  if (cached) {
+  if (!Cluster && cached && in_buffer) {
     for (std::uint32_t e = threadIdx.x; e < n; e += kSelectThreads) cache[e] = __ldcg(listed + e);
   }
   __syncthreads();
   // The bin's keys as a key set of 32-bit score keys; fn also gets the position.
   const auto bin_entries = [&](auto&& fn) {
-    if (in_buffer) {
+    if (cached || in_buffer) {
       for (std::uint32_t base = 0; base < n; base += kSelectThreads) {
         const std::uint32_t e = base + threadIdx.x;
         const std::uint64_t v = e < n ? (cached ? cache[e] : __ldcg(listed + e)) : 0;

@@ -214,7 +214,9 @@ TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   EXPECT_TRUE(one.fused_select);
   EXPECT_EQ(one.select_parts, 16);  // 8K keys a CTA
   EXPECT_EQ(one.select_capacity, 131072 / 8);
+  EXPECT_TRUE(one.select_cluster);  // 16 parts: a cluster a row
   EXPECT_EQ(make_plan(shape(1, 1, 64, 16384)).select_parts, kSelectMaxParts);  // 1M keys
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 16384)).select_cluster);               // 128 parts: the counters
   EXPECT_TRUE(make_plan(shape(2, 1, 64, 16384)).fused_select);                 // 256 CTAs
   EXPECT_FALSE(make_plan(shape(3, 1, 64, 16384)).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385)).fused_select);  // a part would hold more than kSelectPartKeys
@@ -222,6 +224,7 @@ TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   EXPECT_FALSE(make_plan(shape(17, 1, 64, 2048)).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 2047)).fused_select);  // shorter than kFusedSelectMinKeys
   EXPECT_EQ(make_plan(shape(1, 1, 64, 2049)).select_parts, 17);
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 2049)).select_cluster);
   EXPECT_FALSE(make_plan(shape(1, 2, 64, 2048)).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 32, 2048)).fused_select);
   for (int variant = 0; variant < 3; ++variant) {
