@@ -373,8 +373,10 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
     DeviceLimits limits;
     Status st = LaunchCache::get().current(&device, &limits);
     if (!st.ok()) return st;
-    // How many such clusters the device places at once, read once per
-    // cluster size (the tag): none, and the counters' kernel runs instead.
+    // How many such clusters the device holds at once, read once per
+    // cluster size (the tag). Rows past that would run in waves of
+    // clusters, slower than the counters' kernel, which fills every SM
+    // with independent CTAs: the counters' kernel runs instead.
     int clusters = 0;
     st = LaunchCache::get().once(
         reinterpret_cast<const void*>(kernel), device,
@@ -390,7 +392,7 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
         },
         &clusters, /*tag=*/static_cast<int>(plan.select_parts));
     if (!st.ok()) return st;
-    if (clusters > 0) {
+    if (in.num_queries <= clusters) {
       err = cudaLaunchKernelEx(&cfg, kernel, args);
       return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
     }

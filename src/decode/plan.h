@@ -98,9 +98,9 @@ struct PagedPlan {
   // its CTAs appended; no standalone top-k.
   bool fused_select = false;
   std::int64_t select_parts = 0;      // the select kernel's CTAs a row
-  // A cluster of select_parts CTAs a row (at most kSelectClusterParts),
-  // where the device places such a cluster (the launch falls back to the
-  // counters' kernel where it places none).
+  // A cluster of select_parts CTAs a row (at most kSelectClusterParts)
+  // where the device holds every row's cluster at once (the launch reads
+  // the cluster occupancy and runs the counters' kernel otherwise).
   bool select_cluster = false;
   std::int64_t select_capacity = 0;   // candidates a row holds (more: the bin is resolved from the scores)
   // The same calls (one token a request read as its range, H = 64, any-tie
