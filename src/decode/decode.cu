@@ -364,6 +364,7 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
   cfg.numAttrs = 1;
   if (plan.select_cluster) {
     auto* const kernel = paged_select_kernel<true>;
+    cfg.dynamicSmemBytes = select_area_bytes(true);
     cudaLaunchAttribute& c = attrs[cfg.numAttrs++];
     c.id = cudaLaunchAttributeClusterDimension;
     c.val.clusterDim.x = static_cast<unsigned>(plan.select_parts);
@@ -372,6 +373,9 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
     int device = 0;
     DeviceLimits limits;
     Status st = LaunchCache::get().current(&device, &limits);
+    if (!st.ok()) return st;
+    st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device,
+                                                static_cast<int>(cfg.dynamicSmemBytes));
     if (!st.ok()) return st;
     // How many such clusters the device holds at once, read once per
     // cluster size (the tag). Rows past that would run in waves of
@@ -398,6 +402,7 @@ Status launch_fused_select(const PagedPlan& plan, const IndexerInputs& in, const
     }
     cfg.numAttrs = 1;
   }
+  cfg.dynamicSmemBytes = select_area_bytes(false);
   err = cudaLaunchKernelEx(&cfg, paged_select_kernel<false>, args);
   return err == cudaSuccess ? Status::Ok() : cuda_error(err, kOp, "select kernel launch");
 }

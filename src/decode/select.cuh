@@ -153,26 +153,62 @@ __device__ __forceinline__ std::uint64_t select_entry(std::uint32_t key, std::in
 inline constexpr int kPerThread = static_cast<int>(kSelectPartKeys) / kSelectThreads;
 static_assert(kPerThread * kSelectThreads == kSelectPartKeys && kPerThread <= 16, "a part: kPerThread keys a thread");
 inline constexpr int kSelectCached = 4096;
+// The select kernel's dynamic shared memory: the bin's entries, and the
+// histogram beside them in a cluster's CTAs (whose rank 0 takes entries
+// while it may still read its histogram) or in their place otherwise.
+constexpr std::size_t select_area_bytes(bool cluster) {
+  return kSelectCached * sizeof(std::uint64_t) + (cluster ? kSelectBins * sizeof(std::uint32_t) : 0);
+}
+static_assert(kSelectCached * sizeof(std::uint64_t) >= kSelectBins * sizeof(std::uint32_t));
+
+// A rank's arrival on rank 0's barrier (one thread a CTA): rank 0's own
+// also announces the bin's `entries` as transaction bytes (the ranks'
+// stores may land before it: the count then runs negative until it does).
+__device__ __forceinline__ void arrive_claimed(const cooperative_groups::cluster_group& cluster, std::uint64_t* bar,
+                                               std::uint32_t entries) {
+  if (cluster.block_rank() == 0) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster, cuda::ptx::space_shared,
+                                         bar, entries * static_cast<std::uint32_t>(sizeof(std::uint64_t)));
+  } else {
+    cuda::ptx::mbarrier_arrive(cuda::ptx::sem_release, cuda::ptx::scope_cluster, cuda::ptx::space_cluster,
+                               cluster.map_shared_rank(bar, 0));
+  }
+}
 
 // Cluster: launched as clusters of a.parts CTAs, one a row (the rank is the
 // part); else as independent CTAs meeting at the row's counters.
 template <bool Cluster>
 __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const SelectArgs a) {
   using Scan = cub::BlockScan<std::uint32_t, kSelectThreads>;
-  // The histogram, then (the last CTA, after the filter) the bin's entries.
-  __shared__ std::uint64_t area[kSelectCached];
-  static_assert(kSelectCached * sizeof(std::uint64_t) >= kSelectBins * sizeof(std::uint32_t));
-  std::uint32_t* const bins = reinterpret_cast<std::uint32_t*>(area);
+  // The bin's entries and the histogram (select_area_bytes).
+  extern __shared__ __align__(16) std::uint64_t area[];
+  std::uint32_t* const bins = reinterpret_cast<std::uint32_t*>(Cluster ? area + kSelectCached : area);
   std::uint64_t* const cache = area;
   __shared__ std::uint32_t warp_sums[kSelectWarps];
   __shared__ selection::device::BinPick pick;
   __shared__ selection::device::RadixShared<std::uint32_t> radix32;
   __shared__ typename Scan::TempStorage scan;
   __shared__ std::uint32_t claimed[2], last, taken, tied;
-  __shared__ std::uint32_t totals;  // Cluster: this CTA's takes (low 16 bits) and candidates (high 16)
+  // Cluster, rank 0's: the row's slots taken (low 32 bits) and entries
+  // appended (high 32), and the barrier every rank arrives on once it has
+  // claimed, the bin's entries counted as its transaction bytes.
+  __shared__ unsigned long long claims;
+  __shared__ __align__(8) std::uint64_t claimed_all;
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
+  // Rank 0's counter and barrier are set before any rank claims: the
+  // cluster barrier is arrived at here and waited for before the claim.
+  if constexpr (Cluster) {
+    if (threadIdx.x == 0) {
+      claims = 0;
+      taken = 0;
+      tied = 0;
+      sm90::barrier_init(&claimed_all, static_cast<std::uint32_t>(a.parts));
+      sm90::barrier_init_fence();
+    }
+    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);  // every thread
+  }
   // While the scoring kernel runs: the row's range (the fused route reads
   // ranges from the call's lengths, fused_select_possible, which no kernel
   // of the call writes) and the pages this CTA writes or reads, translated
@@ -250,23 +286,25 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::uint32_t n = p.in;
   const bool cached = n <= static_cast<std::uint32_t>(kSelectCached);  // the row's bin fits in shared memory
   std::uint32_t take_base = 0, entry_base = 0;  // the CTA's first slot and first candidate entry
+  // Cluster: entries in rank 0's shared memory arrive as transaction bytes
+  // on its barrier, so no rank waits for its writes to land anywhere;
+  // entries in the buffer are published by the CTA's arrival after them.
+  const bool early_arrival = whole || cached;
   if constexpr (Cluster) {
     const auto cluster = cooperative_groups::this_cluster();
+    cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
     if (threadIdx.x == 0) {
-      totals = all;
-      taken = 0;
-      tied = 0;
+      // One claim on rank 0's shared memory for both counts, each under
+      // 2^32 (a row has fewer keys), so no carry crosses between them.
+      const unsigned long long mine = (all & 0xFFFFu) | static_cast<unsigned long long>(all >> 16) << 32;
+      const unsigned long long at = atomicAdd(cluster.map_shared_rank(&claims, 0), mine);
+      claimed[0] = static_cast<std::uint32_t>(at);
+      claimed[1] = static_cast<std::uint32_t>(at >> 32);
+      if (early_arrival) arrive_claimed(cluster, &claimed_all, !whole ? n : 0u);
     }
-    // Every rank's totals published, and rank 0 done with its histogram
-    // (its area takes the candidates next).
-    cluster.sync();
-    // Every warp sums the lower ranks' totals itself (a lane a rank), so no
-    // block barrier is needed before the writes.
-    const auto rank = static_cast<int>(cluster.block_rank());
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-    const std::uint32_t v = lane < rank ? *cluster.map_shared_rank(&totals, lane) : 0u;
-    take_base = __reduce_add_sync(kFullWarp, v & 0xFFFFu);
-    entry_base = __reduce_add_sync(kFullWarp, v >> 16);
+    __syncthreads();
+    take_base = claimed[0];
+    entry_base = claimed[1];
   } else {
     if (threadIdx.x == 0) {
       claimed[0] = (all & 0xFFFFu) != 0 ? atomicAdd(counters + kTakenCounter, all & 0xFFFFu) : 0u;
@@ -278,6 +316,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   }
   std::uint64_t* const appended =
       Cluster && cached ? cooperative_groups::this_cluster().map_shared_rank(cache, 0) : a.candidates + r * a.capacity;
+  std::uint64_t* const arrivals = Cluster ? cooperative_groups::this_cluster().map_shared_rank(&claimed_all, 0) : nullptr;
   const std::uint32_t room = Cluster && cached ? n : a.capacity;
   std::uint32_t slot = take_base + (before & 0xFFFFu), entry = entry_base + (before >> 16);
 #pragma unroll
@@ -291,7 +330,14 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
       ++slot;
     }
     if ((cands >> u) & 1u) {
-      if (entry < room) appended[entry] = select_entry(score_key_fast(score[u]), i);
+      if (entry < room) {
+        const std::uint64_t v = select_entry(score_key_fast(score[u]), i);
+        if (Cluster && cached) {
+          cuda::ptx::st_async(appended + entry, v, arrivals);
+        } else {
+          appended[entry] = v;
+        }
+      }
       ++entry;
     }
   }
@@ -302,12 +348,19 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   // passes them on). Sequentially consistent fences around a relaxed
   // increment would each wait for all of the thread's memory operations.
   if constexpr (Cluster) {
-    // Rank 0 holds the bin's entries (or the buffer does: the barrier's
-    // release and acquire at cluster scope cover global memory too), and no
-    // rank reads another's shared memory after it.
+    // Entries in the buffer: the block barrier gathers the CTA's writes,
+    // thread 0's arrival releases them at cluster scope. Rank 0 waits for
+    // every rank's arrival (so no rank claims on an exited CTA) and every
+    // entry's bytes, acquiring at cluster scope.
     const auto cluster = cooperative_groups::this_cluster();
-    cluster.sync();
-    if (cluster.block_rank() != 0 || whole) return;  // the same for every thread of the CTA
+    if (!early_arrival) {
+      __syncthreads();
+      if (threadIdx.x == 0) arrive_claimed(cluster, &claimed_all, 0u);
+    }
+    if (cluster.block_rank() != 0) return;  // the same for every thread of the CTA
+    while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, &claimed_all, 0u)) {
+    }
+    if (whole) return;
   } else {
     __syncthreads();
     if (threadIdx.x == 0) {
