@@ -350,17 +350,24 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   if constexpr (Cluster) {
     // Entries in the buffer: the block barrier gathers the CTA's writes,
     // thread 0's arrival releases them at cluster scope. Rank 0 waits for
-    // every rank's arrival (so no rank claims on an exited CTA) and every
-    // entry's bytes, acquiring at cluster scope.
+    // every rank's arrival and every entry's bytes, acquiring at cluster
+    // scope. The cluster barrier's second phase keeps rank 0's shared memory
+    // alive until every rank is past its accesses to it (the claim, the
+    // stores): every thread arrives once it is done with it, and rank 0
+    // waits just before it exits, when the others have long arrived.
     const auto cluster = cooperative_groups::this_cluster();
     if (!early_arrival) {
       __syncthreads();
       if (threadIdx.x == 0) arrive_claimed(cluster, &claimed_all, 0u);
     }
+    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
     if (cluster.block_rank() != 0) return;  // the same for every thread of the CTA
     while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, &claimed_all, 0u)) {
     }
-    if (whole) return;
+    if (whole) {
+      cuda::ptx::barrier_cluster_wait();
+      return;
+    }
   } else {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -424,6 +431,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     out[slot] = i;
     if (vals != nullptr) vals[slot] = __ldcg(row + i);
   });
+  if constexpr (Cluster) cuda::ptx::barrier_cluster_wait();  // rank 0's: the second phase
 }
 
 }  // namespace dsa::decode
