@@ -18,12 +18,13 @@
 //      when the bin held more than the buffer (ties, dead ReLU): exact
 //      either way.
 // Rows of at most kSelectClusterParts parts run as one cluster a row
-// (PagedPlan::select_cluster): each CTA's slots and candidates start at the
-// sum of the lower ranks' counts, read from their shared memory after a
-// cluster barrier, the candidates go to rank 0's shared memory when the bin
-// fits there, and rank 0 selects after a second barrier: on-chip exchanges
-// in place of the counters' global round trips (the claims, the done
-// counter, the last CTA's reload of the candidates).
+// (PagedPlan::select_cluster): each CTA claims its slots and candidates by
+// one atomic on rank 0's shared memory, stores the candidates into rank 0's
+// shared memory when the bin fits there (asynchronously, counted as bytes
+// on rank 0's barrier), and rank 0 selects once every rank has arrived on
+// that barrier: on-chip exchanges in place of the counters' global round
+// trips (the claims, the done counter, the last CTA's reload of the
+// candidates).
 // Output in no particular order, any valid choice among ties at the K-th
 // score; rows of at most K keys return them all.
 #pragma once
