@@ -58,11 +58,12 @@ inline constexpr std::int64_t kSelectMaxParts = 128;
 // past the portable cluster size, allowed per kernel).
 inline constexpr std::int64_t kSelectClusterParts = 16;
 // Where the fused selection is faster than the standalone top-k (A/B,
-// docs/perf-log.md D12-D14): contexts of at least kFusedSelectMinKeys keys
-// and at most kFusedSelectMaxCtas select CTAs a batch (1 x 128K to 2 x 1M
-// measured; 32 x 128K and 4 x 1M, 512 CTAs, were slower, and so were
-// contexts of 8K-32K, where the standalone top-k holds a row in one CTA).
-inline constexpr std::int64_t kFusedSelectMinKeys = 131072;
+// docs/perf-log.md D12-D14, D46): contexts of at least kFusedSelectMinKeys
+// keys and at most kFusedSelectMaxCtas select CTAs a batch (1 x 64K to
+// 2 x 1M measured; 32 x 128K and 4 x 1M, 512 CTAs, were slower, and so was
+// 1 x 16K, where the standalone top-k holds a row in one CTA; 32K contexts
+// were mixed).
+inline constexpr std::int64_t kFusedSelectMinKeys = 65536;
 inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
 
 // Requests a launch can give the same zero range starts (a constant device

@@ -207,7 +207,7 @@ TEST(DecodePlan, LengthsAsRangesForOneTokenRequests) {
 }
 
 // The fused selection: one-token requests read as ranges, any-tie unsorted
-// positions, contexts of 128K keys and more, at most kFusedSelectMaxCtas
+// positions, contexts of 64K keys and more, at most kFusedSelectMaxCtas
 // select CTAs.
 TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   const PagedPlan one = make_plan(shape(1, 1, 64, 2048));  // 1 x 128K
@@ -222,7 +222,11 @@ TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385)).fused_select);  // a part would hold more than kSelectPartKeys
   EXPECT_TRUE(make_plan(shape(16, 1, 64, 2048)).fused_select);   // 16 x 128K: 256 CTAs
   EXPECT_FALSE(make_plan(shape(17, 1, 64, 2048)).fused_select);
-  EXPECT_FALSE(make_plan(shape(1, 1, 64, 2047)).fused_select);  // shorter than kFusedSelectMinKeys
+  EXPECT_FALSE(make_plan(shape(1, 1, 64, 1023)).fused_select);  // shorter than kFusedSelectMinKeys
+  EXPECT_TRUE(make_plan(shape(1, 1, 64, 1024)).fused_select);   // 64K keys
+  EXPECT_TRUE(make_plan(shape(1, 1, 64, 1024)).select_cluster);  // 8 parts
+  EXPECT_TRUE(make_plan(shape(32, 1, 64, 1024)).fused_select);   // 32 x 64K: 256 CTAs
+  EXPECT_FALSE(make_plan(shape(33, 1, 64, 1024)).fused_select);
   EXPECT_EQ(make_plan(shape(1, 1, 64, 2049)).select_parts, 17);
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 2049)).select_cluster);
   EXPECT_FALSE(make_plan(shape(1, 2, 64, 2048)).fused_select);
