@@ -433,8 +433,8 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
   const PagedPlan plan = make_plan(p, hooks);
   if (hooks.route == PagedHooks::Route::kFusedSelect && !plan.fused_select) {
     return Status(StatusCode::kInvalidArgument,
-                  "hooks.route: the fused selection needs one token a request, 64 heads, any ties, unsorted "
-                  "positions (not physical slots) and a context past K of at most " +
+                  "hooks.route: the fused selection needs a power-of-two next_n (no padded rows), 64 heads, any "
+                  "ties, unsorted positions (not physical slots) and a context past K of at most " +
                       std::to_string(kSelectMaxParts * kSelectPartKeys) + " keys (" + kOp + ")");
   }
   if (hooks.route == PagedHooks::Route::kStreamSelect && !plan.stream_select) {

@@ -55,11 +55,14 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
 
 LaunchGrid PagedPlan::map_grid(std::int64_t requests) const { return item_grid(requests * map_items_per_request); }
 
+// The fused route launches the scoring kernel with blocks of one query (64
+// columns at H = 64), so a request's next_n rows are next_n blocks of the
+// launch and each launch row its own histogram row; unpadded rows (a power
+// of two next_n) are the output's rows.
 bool fused_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   const std::int64_t n = p.max_context();
-  return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
-         p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots && n > p.options.k &&
-         (n + kSelectPartKeys - 1) / kSelectPartKeys <= kSelectMaxParts;
+  return !plan.padded && p.num_heads == 64 && p.options.ties == TieBreak::kAny && !p.options.sorted &&
+         !p.physical_slots && n > p.options.k && (n + kSelectPartKeys - 1) / kSelectPartKeys <= kSelectMaxParts;
 }
 
 bool stream_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
@@ -90,7 +93,10 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
       batches_of(static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float));
   const std::int64_t n = p.max_context();
   const std::int64_t parts = (n + kSelectPartKeys - 1) / kSelectPartKeys;
-  const bool faster = n >= kFusedSelectMinKeys && plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
+  // The speed rule is measured on one-token requests only (more tokens:
+  // pinned only).
+  const bool faster = plan.ranges_from_lengths && n >= kFusedSelectMinKeys &&
+                      plan.batches.per_batch * parts <= kFusedSelectMaxCtas;
   using Route = PagedHooks::Route;
   plan.fused_select = fused_select_possible(p, plan) &&
                       (hooks.route == Route::kFusedSelect || (hooks.route == Route::kByShape && faster));

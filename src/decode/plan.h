@@ -91,12 +91,13 @@ struct PagedPlan {
   // context_lens as ke and kZeroStartRows zeros as ks, and the call
   // launches no prepare kernel and takes no ks / ke workspace.
   bool ranges_from_lengths = false;
-  // Reading lengths as ranges, with any-tie unsorted positions, long
-  // contexts and few rows (kFusedSelectMinKeys, kFusedSelectMaxCtas):
-  // the scoring kernel also counts each row's score keys by their top bits
-  // (HistStoreSink, decode/select.cuh), and the select kernel takes every
-  // key above the K-th key's bin and resolves that bin from the candidates
-  // its CTAs appended; no standalone top-k.
+  // H = 64 and unpadded rows, any-tie unsorted positions: the scoring
+  // kernel (blocks of one query) also counts each row's score keys by their
+  // top bits (HistStoreSink, decode/select.cuh), and the select kernel
+  // takes every key above the K-th key's bin and resolves that bin from the
+  // candidates its CTAs appended; no standalone top-k. Taken by shape for
+  // one-token requests of long contexts and few rows (kFusedSelectMinKeys,
+  // kFusedSelectMaxCtas); with more tokens a request only when pinned.
   bool fused_select = false;
   std::int64_t select_parts = 0;      // the select kernel's CTAs a row
   // A cluster of select_parts CTAs a row (at most kSelectClusterParts)

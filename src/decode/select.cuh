@@ -53,8 +53,8 @@ namespace dsa::decode {
 __device__ __forceinline__ std::uint32_t select_bin(std::uint32_t key) { return key >> (32 - kSelectBinBits); }
 
 // StoreSink's scores and each row's histogram of score-key bins. Blocks of
-// one query (H = 64, one token a request): a unit's block t0 is launch row
-// t0, the row of the histogram it adds into.
+// one query (H = 64; a request's next_n rows are as many blocks): a unit's
+// block t0 is launch row t0, the row of the histogram it adds into.
 struct HistStoreSink {
   scoring::StoreSink store;  // the scores, as indexer_scores writes them
   std::uint32_t* state;      // [rows, kSelectStateWords]: the histogram first, zero at launch
@@ -210,10 +210,11 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     }
     cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);  // every thread
   }
-  // While the scoring kernel runs: the row's range (the fused route reads
-  // ranges from the call's lengths, fused_select_possible, which no kernel
-  // of the call writes) and the pages this CTA writes or reads, translated
-  // before the writes and loads wait on them.
+  // While the scoring kernel runs: the row's range and the pages this CTA
+  // writes or reads, translated before the writes and loads wait on them.
+  // The range is the call's lengths, which no kernel of the call writes,
+  // or the prepare kernel's: that one is complete before the zero kernel,
+  // an ordinary launch after it, starts, and so before this one.
   const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
   if (threadIdx.x < 4) {
     const void* p = threadIdx.x == 0   ? static_cast<const void*>(a.indices + r * K)

@@ -241,7 +241,7 @@ TEST(DecodePlan, FusedSelectForFewLongOneTokenRequests) {
 }
 
 // The route pinned by hooks: the fused selection wherever the select kernel
-// can take the call (one token a request, H = 64, any ties, unsorted
+// can take the call (unpadded rows, H = 64, any ties, unsorted
 // positions, a context past K of at most kSelectMaxParts parts), whatever
 // the speed rule says; the unfused pipeline always.
 TEST(DecodePlan, PinnedRoutes) {
@@ -262,7 +262,18 @@ TEST(DecodePlan, PinnedRoutes) {
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 32), fused).fused_select);  // 2048 keys: not past K
   EXPECT_TRUE(make_plan(shape(1, 1, 64, 33), fused).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 64, 16385), fused).fused_select);  // past kSelectMaxParts parts
-  EXPECT_FALSE(make_plan(shape(1, 2, 64, 2048), fused).fused_select);
+  // More tokens a request: unpadded rows (a power of two next_n) when pinned,
+  // never by shape.
+  for (int next_n : {2, 4, 8}) {
+    const PagedPlan many = make_plan(shape(2, next_n, 64, 2048), fused);
+    EXPECT_TRUE(many.fused_select) << next_n;
+    EXPECT_FALSE(many.ranges_from_lengths) << next_n;  // the prepare kernel's ranges
+    EXPECT_EQ(many.rows_per_request, next_n);
+    EXPECT_EQ(many.select_parts, 16);
+    EXPECT_FALSE(make_plan(shape(2, next_n, 64, 2048)).fused_select) << next_n;
+  }
+  EXPECT_FALSE(make_plan(shape(2, 3, 64, 2048), fused).fused_select);  // padded to 4 rows a request
+  EXPECT_FALSE(make_plan(shape(2, 2, 32, 2048), fused).fused_select);
   EXPECT_FALSE(make_plan(shape(1, 1, 32, 2048), fused).fused_select);
   PagedIndexerTopkParams sorted = shape(1, 1, 64, 2048);
   sorted.options.sorted = true;

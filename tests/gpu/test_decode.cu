@@ -307,10 +307,11 @@ TEST(DecodeGpu, PagedLongContextAndManyRequests) {
 }
 
 // The fused selection pinned where the plan's speed rule would not take it
-// (contexts of up to 40K keys, 900 select CTAs): every distribution gives a
-// valid any-tie top K. Pinned where the select kernel cannot take the call
-// (two tokens a request), the launch is an invalid argument and writes
-// nothing.
+// (contexts of up to 40K keys, 900 select CTAs; 2, 4 and 8 tokens a request,
+// 1-D and 2-D lengths, around K and past a cluster's 128K): every
+// distribution gives a valid any-tie top K. Pinned where the select kernel
+// cannot take the call (three tokens a request: padded rows), the launch is
+// an invalid argument and writes nothing.
 TEST(DecodeGpu, FusedSelectPinnedAtAnyShape) {
   const decode::PagedHooks pinned{decode::PagedHooks::Route::kFusedSelect};
   const int K = 2048;
@@ -322,6 +323,14 @@ TEST(DecodeGpu, FusedSelectPinnedAtAnyShape) {
     ++seed;
   }
   specs.push_back(paged_spec(Distribution::kModelLike, 300, 1, 64, 16, ragged(300, 1000, 20000, seed), false, seed));
+  ++seed;
+  specs.push_back(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {140000, 2049, 30000}, false, seed++));
+  specs.push_back(paged_spec(Distribution::kTies, 2, 2, 64, 32, {40000, 2050}, false, seed++));
+  specs.push_back(paged_spec(Distribution::kDeadRelu, 2, 4, 64, 64, {9000, 2051}, false, seed++));
+  specs.push_back(paged_spec(Distribution::kShifted, 1, 8, 64, 16, {20000}, false, seed++));
+  specs.push_back(
+      paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {2047, 2048, 0, 2049, 131072, 131073}, true, seed++));
+  specs.push_back(paged_spec(Distribution::kModelLike, 2, 4, 64, 16, ragged(8, 0, 12000, seed), true, seed));
   for (const PagedSpec& s : specs) {
     SCOPED_TRACE(describe(s, K));
     const PagedProblem p = tools::make_paged_problem(s);
@@ -332,9 +341,9 @@ TEST(DecodeGpu, FusedSelectPinnedAtAnyShape) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     expect_valid_any(view, any, run_prefill(view, det), K);
   }
-  const PagedProblem two =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
-  const DevicePaged d(two);
+  const PagedProblem three =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 3, 64, 64, {5000, 9000, 3}, false, 7));
+  const DevicePaged d(three);
   Status st;
   const Result none = run_paged_pinned(d, make_options(K), pinned, &st);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
