@@ -24,7 +24,6 @@ the median of --reps calls a row.
 Usage: python3 python/bench/bench_decode_public.py [--rows 1x1x131072,...] [--reps 20] [--json out.json]
 """
 
-import argparse
 import json
 import os
 import sys
@@ -35,7 +34,7 @@ if os.environ.get("PYTHONPATH") is None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsa_topk  # noqa: E402,F401  (registers torch.ops.dsa_topk)
-from bench_scores_op import FP8, median_ms  # noqa: E402
+from bench_scores_op import FP8, bench_args, median_ms, quantized_keys  # noqa: E402
 
 # The anchors' decode rows, B x next_n x L.
 ROWS = ("1x1x32768,1x1x131072,1x2x131072,4x1x1048576,32x1x32768,32x1x131072,32x2x131072,64x1x65536,"
@@ -48,14 +47,15 @@ def make_batch(B, next_n, L, seed):
     q = torch.randn(B, next_n, H, D, device="cuda", generator=g).to(FP8)
     w = torch.randn(B * next_n, H, device="cuda", generator=g) / 8
     blocks = -(-L // BLOCK)
-    k = torch.empty(B * blocks * BLOCK, D, dtype=FP8, device="cuda")
-    scale = torch.empty(B * blocks * BLOCK, dtype=torch.float32, device="cuda")
+    # A request's keys in its blocks' slots, generated a million at a time
+    # (the fp32 draws of 128 x 128K keys would take 8 GB at once).
+    slots = B * blocks * BLOCK
+    k = torch.empty(slots, D, dtype=FP8, device="cuda")
+    scale = torch.empty(slots, dtype=torch.float32, device="cuda")
     chunk = 1 << 20
-    for s in range(0, k.shape[0], chunk):
-        x = torch.randn(min(chunk, k.shape[0] - s), D, device="cuda", generator=g)
-        sc = (x.abs().amax(dim=1) / 448.0).clamp_min(1e-12)
-        k[s:s + x.shape[0]] = (x / sc[:, None]).to(FP8)
-        scale[s:s + x.shape[0]] = sc
+    for s in range(0, slots, chunk):
+        n = min(chunk, slots - s)
+        k[s:s + n], scale[s:s + n] = quantized_keys(n, g)
     # Request b's blocks are cache blocks order[b * blocks : (b + 1) * blocks].
     order = torch.randperm(B * blocks, device="cuda", generator=g).to(torch.int32)
     return q, w, k, scale, order.view(B, blocks), blocks
@@ -64,14 +64,11 @@ def make_batch(B, next_n, L, seed):
 def paged_call(B, next_n, L, seed):
     q, w, k, scale, table, blocks = make_batch(B, next_n, L, seed)
     cache = torch.empty(B * blocks, BLOCK * (D + 4), dtype=torch.uint8, device="cuda")
-    # Block c holds the keys the table maps to it: keys are laid out by
-    # request and position, blocks in table order.
-    src = torch.arange(B * blocks, device="cuda")
+    # Keys are laid out by request and position, so their i-th block of
+    # BLOCK slots goes to the cache block the table's i-th entry names.
     dst = table.reshape(-1).long()
-    kb = k.view(torch.uint8).view(B * blocks, BLOCK * D)
-    sb = scale.view(torch.uint8).view(B * blocks, BLOCK * 4)
-    cache[dst, : BLOCK * D] = kb[src]
-    cache[dst, BLOCK * D:] = sb[src]
+    cache[dst, : BLOCK * D] = k.view(torch.uint8).view(B * blocks, BLOCK * D)
+    cache[dst, BLOCK * D:] = scale.view(torch.uint8).view(B * blocks, BLOCK * 4)
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
     op = torch.ops.dsa_topk.indexer_topk_paged
     return lambda: op(q, cache, table, lens, w, K, check_ranges=False)
@@ -94,14 +91,7 @@ def topk_call(B, next_n, L, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=ROWS, help="comma-separated BxNEXT_NxL")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
-    if args.reps < 1:
-        parser.error("--reps must be >= 1")
+    parser, args = bench_args(__doc__.splitlines()[0], ROWS, "comma-separated BxNEXT_NxL")
     paged = hasattr(torch.ops.dsa_topk, "indexer_topk_paged")
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     rows = []

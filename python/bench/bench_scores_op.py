@@ -31,16 +31,35 @@ GRID = "4096x8192,4096x16384,4096x32768,4096x65536,4096x131072,512x131072,64x131
 FP8 = torch.float8_e4m3fn
 
 
+def quantized_keys(rows, g):
+    """`rows` key rows ~ N(0, 1) quantised to FP8 per row (scale amax / 448),
+    as the anchors' inputs: (k [rows, 128] FP8, fp32 scales [rows])."""
+    k = torch.randn(rows, 128, device="cuda", generator=g)
+    scale = (k.abs().amax(dim=1) / 448.0).clamp_min(1e-12)
+    return (k / scale[:, None]).to(FP8), scale.float().contiguous()
+
+
+def bench_args(description, default_rows, rows_help):
+    """The anchors-timed benches' options: --rows, --reps (>= 1), --seed, --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", default=default_rows, help=rows_help)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    return parser, args
+
+
 def make_inputs(T, N, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(T, 64, 128, device="cuda", generator=g).to(FP8)
-    k = torch.randn(N, 128, device="cuda", generator=g)
-    scale = (k.abs().amax(dim=1) / 448.0).clamp_min(1e-12)
-    k = (k / scale[:, None]).to(FP8)
+    k, scale = quantized_keys(N, g)
     w = torch.randn(T, 64, device="cuda", generator=g) / 8
     ks = torch.zeros(T, dtype=torch.int32, device="cuda")
     ke = (N - T + 1 + torch.arange(T, device="cuda")).to(torch.int32)
-    return q, k, scale.float().contiguous(), w, ks, ke
+    return q, k, scale, w, ks, ke
 
 
 def takes_clean():
@@ -66,14 +85,7 @@ def median_ms(call, reps, flush):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=GRID, help="comma-separated TxN")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
-    if args.reps < 1:
-        parser.error("--reps must be >= 1")
+    _, args = bench_args(__doc__.splitlines()[0], GRID, "comma-separated TxN")
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     clean_arg = takes_clean()
