@@ -34,9 +34,11 @@
 #include "common/paged.h"
 #include "common/warp.h"
 #include "common/workspace.h"
+#include "decode/bar_select.cuh"
 #include "decode/plan.h"
 #include "decode/select.cuh"
 #include "decode/stream_select.cuh"
+#include "fused/select_kernel.cuh"
 #include "scoring/launch.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/topk.h"
@@ -313,21 +315,105 @@ Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   return Status::Ok();
 }
 
+// row_mask: rows with 0 score nothing (null: every row).
 template <int kHeads, class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
-                            const scoring::PagedKeys& keys) {
+                            const scoring::PagedKeys& keys, const std::uint32_t* row_mask) {
   switch (columns) {
-    case 64: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys);
-    case 128: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, nullptr, sink, stream, keys);
-    default: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, nullptr, sink, stream, keys);
+    case 64: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, row_mask, sink, stream, keys);
+    case 128: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, row_mask, sink, stream, keys);
+    default: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, row_mask, sink, stream, keys);
   }
 }
 
 template <class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
-                            const scoring::PagedKeys& keys) {
-  return in.num_heads == 64 ? launch_paged_scoring<64>(in, columns, sink, stream, keys)
-                            : launch_paged_scoring<32>(in, columns, sink, stream, keys);
+                            const scoring::PagedKeys& keys, const std::uint32_t* row_mask = nullptr) {
+  return in.num_heads == 64 ? launch_paged_scoring<64>(in, columns, sink, stream, keys, row_mask)
+                            : launch_paged_scoring<32>(in, columns, sink, stream, keys, row_mask);
+}
+
+// The unfused pipeline over a batch's launch rows (rows with row_mask 0
+// skipped and left as they are, when set): the scores into the buffer,
+// then the standalone top-k into `indices` / `values` (the output's rows,
+// or the workspace's when the plan maps them).
+Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
+                      const scoring::PagedKeys& keys, float* scores, const std::uint32_t* row_mask,
+                      std::int32_t* indices, float* values, CUstream_st* stream) {
+  Status st = launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys,
+                                   row_mask);
+  if (!st.ok()) return st;
+  TopkParams tp;
+  tp.scores = scores;
+  tp.ks = in.ks;
+  tp.ke = in.ke;
+  tp.num_rows = in.num_queries;
+  tp.num_cols = p.max_context();
+  tp.score_stride = plan.score_stride;
+  tp.indices = indices;
+  tp.values = values;
+  tp.options = p.options;
+  selection::topk::TopkHooks th;
+  th.row_mask = row_mask;
+  th.after_producer = scoring::scoring_launches(in);
+  return selection::topk::launch_topk(tp, stream, th);
+}
+
+// The bar selection of a batch (bar_select.cuh): the rows' state zeroed,
+// the scoring kernel with BarFilterSink (launched programmatically: it
+// waits for the zeros before its first claim), the fused prefill
+// operator's select stage over each row's entries, then the rows it
+// flagged repaired by the unfused pipeline (the others score nothing there).
+Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
+                         const scoring::PagedKeys& keys, void* workspace, float* scores, std::int32_t* indices,
+                         float* values, CUstream_st* stream) {
+  constexpr const char* kOp = "indexer_topk_paged";
+  const PagedWorkspace& w = plan.workspace;
+  const std::int64_t rows = in.num_queries;
+  auto* state = workspace_piece<std::uint32_t>(workspace, w.bar_state);
+  auto* flags = workspace_piece<std::uint32_t>(workspace, w.bar_flags);
+  auto* candidates = workspace_piece<std::uint64_t>(workspace, w.bar_candidates);
+  const std::int64_t words = kBarStateWords * rows;
+  bar_zero_kernel<<<static_cast<unsigned>((words + kBarZeroThreads - 1) / kBarZeroThreads), kBarZeroThreads, 0,
+                    stream>>>(state, words);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
+  const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
+  const BarFilterSink sink{state + kBarCount * rows, state + kBarFloor * rows, candidates, capacity,
+                           static_cast<std::uint32_t>(p.options.k)};
+  Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
+                                                                                /*programmatic=*/true);
+  if (!st.ok()) return st;
+  fused::SelectArgs args{in.ks,
+                         in.ke,
+                         in.num_keys,
+                         state + kBarCount * rows,
+                         candidates,
+                         capacity,
+                         state + kBarUnstaged * rows,
+                         indices,
+                         values,
+                         /*relative_indices=*/true,
+                         p.options.ties == TieBreak::kSmallestIndex,
+                         p.options.sorted,
+                         flags,
+                         nullptr,
+                         state + kBarFloor * rows};
+  int device = 0;
+  DeviceLimits limits;
+  st = LaunchCache::get().current(&device, &limits);
+  if (!st.ok()) return st;
+  // Fewer rows than two an SM: wide blocks, as the prefill operator's plan.
+  const bool wide = rows <= 2 * static_cast<std::int64_t>(limits.sm_count);
+  const auto blocks = static_cast<unsigned>(rows);
+  switch (p.options.k) {
+    case 512: st = fused::launch_select_kernel<512>(args, blocks, wide, device, stream, kOp); break;
+    case 1024: st = fused::launch_select_kernel<1024>(args, blocks, wide, device, stream, kOp); break;
+    case 2048: st = fused::launch_select_kernel<2048>(args, blocks, wide, device, stream, kOp); break;
+    default: return {StatusCode::kInternal, std::string(kOp) + ": K " + std::to_string(p.options.k) + " has no kernel"};
+  }
+  if (!st.ok()) return st;
+  return launch_unfused(plan, p, in, keys, scores, flags, indices, values, stream);
 }
 
 // The fused selection of a batch (select.cuh): its rows' state zeroed, the
@@ -437,6 +523,12 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
                   "ties, unsorted positions (not physical slots) and a context past K of at most " +
                       std::to_string(kSelectMaxParts * kSelectPartKeys) + " keys (" + kOp + ")");
   }
+  if (hooks.route == PagedHooks::Route::kBarSelect && !plan.bar_select) {
+    return Status(StatusCode::kInvalidArgument,
+                  "hooks.route: the bar selection needs one token a request, 64 heads and positions (not physical "
+                  "slots) (" +
+                      std::string(kOp) + ")");
+  }
   if (hooks.route == PagedHooks::Route::kStreamSelect && !plan.stream_select) {
     return Status(StatusCode::kInvalidArgument,
                   "hooks.route: the streaming selection needs one token a request, 64 heads, any ties and unsorted "
@@ -515,33 +607,27 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
       if (!st.ok()) return st;
       continue;
     }
+    if (plan.bar_select) {
+      const Status st = launch_bar_select(plan, p, in, keys, workspace, scores, p.indices + first * p.next_n * K,
+                                          p.values != nullptr ? p.values + first * p.next_n * K : nullptr, stream);
+      if (!st.ok()) return st;
+      continue;
+    }
     if (hooks.route == PagedHooks::Route::kMathOnly) {
       const Status st = launch_paged_scoring(in, plan.block_columns, scoring::ChecksumSink{nullptr}, stream, keys);
       if (!st.ok()) return st;
       continue;
     }
-    Status st =
-        launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys);
-    if (!st.ok()) return st;
-    TopkParams tp;
-    tp.scores = scores;
-    tp.ks = in.ks;
-    tp.ke = in.ke;
-    tp.num_rows = rows;
-    tp.num_cols = p.max_context();
-    tp.score_stride = plan.score_stride;
-    tp.indices = plan.mapped ? workspace_piece<std::int32_t>(workspace, w.indices) : p.indices + first * p.next_n * K;
-    tp.values = p.values == nullptr ? nullptr
-                : plan.mapped       ? workspace_piece<float>(workspace, w.values)
-                                    : p.values + first * p.next_n * K;
-    tp.options = p.options;
-    selection::topk::TopkHooks th;
-    th.after_producer = scoring::scoring_launches(in);
-    st = selection::topk::launch_topk(tp, stream, th);
+    std::int32_t* indices =
+        plan.mapped ? workspace_piece<std::int32_t>(workspace, w.indices) : p.indices + first * p.next_n * K;
+    float* values = p.values == nullptr ? nullptr
+                    : plan.mapped       ? workspace_piece<float>(workspace, w.values)
+                                        : p.values + first * p.next_n * K;
+    const Status st = launch_unfused(plan, p, in, keys, scores, nullptr, indices, values, stream);
     if (!st.ok()) return st;
     if (plan.mapped) {
-      const MapArgs args{tp.indices,
-                         tp.values,
+      const MapArgs args{indices,
+                         values,
                          table,
                          p.block_table_stride,
                          static_cast<std::int32_t>(p.max_blocks_per_seq),

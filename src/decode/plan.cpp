@@ -47,6 +47,10 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   w.stream_state = pieces.take(stream_rows * kStreamStateWords * sizeof(std::uint32_t));
   w.stream_list =
       pieces.take(stream_rows * static_cast<std::size_t>(plan.stream_list_capacity) * sizeof(std::uint64_t));
+  const std::size_t bar_rows = plan.bar_select ? batch_rows : 0;
+  w.bar_state = pieces.take(bar_rows * kBarStateWords * sizeof(std::uint32_t));
+  w.bar_flags = pieces.take(bar_rows * sizeof(std::uint32_t));
+  w.bar_candidates = pieces.take(bar_rows * static_cast<std::size_t>(plan.bar_capacity) * sizeof(std::uint64_t));
   w.total = pieces.total();
   return w;
 }
@@ -68,6 +72,10 @@ bool fused_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& pla
 bool stream_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 &&
          p.options.ties == TieBreak::kAny && !p.options.sorted && !p.physical_slots && p.options.k <= kStreamMaxK;
+}
+
+bool bar_select_possible(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
+  return plan.ranges_from_lengths && p.num_heads == 64 && plan.block_columns == 64 && !p.physical_slots;
 }
 
 PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
@@ -108,6 +116,13 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
   }
   plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
+  plan.bar_select = !plan.fused_select && hooks.route == Route::kBarSelect && bar_select_possible(p, plan);
+  if (plan.bar_select) {
+    // A piece of n keys keeps about K (1 + ln(n / K)) of them (a running
+    // bar), more by the bins' width; a quarter of the row leaves room for
+    // a row in a few pieces (docs/perf-log.md D51).
+    plan.bar_capacity = std::min<std::int64_t>(std::max<std::int64_t>(n, 1), std::max<std::int64_t>(n / 4, 16384));
+  }
   if (plan.stream_select) {
     // No scores buffer: the batches are bounded by the rows' lists instead.
     plan.stream_list_capacity = std::max<std::int64_t>(n, 1);

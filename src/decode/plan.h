@@ -34,6 +34,13 @@ struct PagedWorkspace {
   // its list of the pieces' top K entries.
   std::size_t stream_state = 0;  // [batch rows, kStreamStateWords] uint32
   std::size_t stream_list = 0;   // [batch rows, stream_list_capacity] uint64
+  // The bar selection (PagedPlan::bar_select): a row's state (entries
+  // claimed, unstaged ties (always 0: the select stage's input), the floor
+  // its pieces' last bars certify; zeroed before each batch's scoring), its
+  // repair flag and its candidate area.
+  std::size_t bar_state = 0;       // [kBarStateWords, batch rows] uint32
+  std::size_t bar_flags = 0;       // [batch rows] uint32
+  std::size_t bar_candidates = 0;  // [batch rows, bar_capacity] uint64
   std::size_t total = 0;    // bytes in all
 };
 
@@ -49,6 +56,8 @@ inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
 // shared-memory buffers allow (decode/stream_select.cuh).
 enum StreamCounter : int { kListCount = 0, kKeysDone = 1, kStreamStateWords = 2 };
 inline constexpr int kStreamMaxK = 2048;
+// The bar selection's state: kBarStateWords arrays of a word a row.
+enum BarState : int { kBarCount = 0, kBarUnstaged = 1, kBarFloor = 2, kBarStateWords = 3 };
 // Keys a CTA of the select kernel filters at most (its part of a row: 16
 // loads a thread, 512 threads), and the most CTAs a row gets: contexts of
 // up to 1M keys select in the fused way.
@@ -114,6 +123,15 @@ struct PagedPlan {
   // (docs/perf-log.md D27).
   bool stream_select = false;
   std::int64_t stream_list_capacity = 0;  // entries a row's list holds: its keys at most
+  // The same calls (one token a request read as its range, H = 64), any
+  // tie rule, sorted or not, pinned by PagedHooks: the scoring kernel keeps
+  // only the scores at or above a bar its helper warp raises from the
+  // counts of what it kept (BarFilterSink, decode/bar_select.cuh), the
+  // fused prefill operator's select stage takes each row's top K from
+  // them, and rows whose entries outran bar_capacity are repaired by the
+  // unfused pipeline (the scores buffer stays for them).
+  bool bar_select = false;
+  std::int64_t bar_capacity = 0;  // entries a row's area holds
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
   std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K
@@ -134,7 +152,7 @@ struct PagedPlan {
 // written; the operator's time less its time is what the selection and
 // the scores' round trip expose (a fused selection can win at most that).
 struct PagedHooks {
-  enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly, kStreamSelect } route = Route::kByShape;
+  enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly, kStreamSelect, kBarSelect } route = Route::kByShape;
 };
 
 // Whether the fused selection can take a call of these params: one token a
@@ -145,6 +163,10 @@ bool fused_select_possible(const PagedIndexerTopkParams& params, const PagedPlan
 // Whether the streaming selection can take a call: one token a request read
 // as its range, H = 64 in 64-column blocks, any-tie unsorted positions.
 bool stream_select_possible(const PagedIndexerTopkParams& params, const PagedPlan& plan);
+
+// Whether the bar selection can take a call: one token a request read as
+// its range, H = 64 in 64-column blocks, positions (not physical slots).
+bool bar_select_possible(const PagedIndexerTopkParams& params, const PagedPlan& plan);
 
 // The plan of launch_indexer_topk_paged(params, ...) (arguments validated);
 // a call with no rows plans no launch and no workspace.

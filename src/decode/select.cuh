@@ -72,7 +72,7 @@ struct HistStoreSink {
     for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += static_cast<int>(blockDim.x)) sh.bins[i] = 0;
   }
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t, std::int64_t, int, const RowRange (&)[R], int) const {
     return {};
   }
   template <int R>

@@ -89,7 +89,7 @@ struct StreamSelectSink {
     }
   }
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&rows)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t, std::int64_t, int, const RowRange (&rows)[R], int) const {
     static_assert(R == 1, "one query a block");
     return {0u, 0u, 0.0f, true, rows[0].end - rows[0].begin};
   }

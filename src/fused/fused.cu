@@ -156,18 +156,6 @@ Status run_filter_stage(const IndexerTopkParams& p, const FusedPlan& plan, void*
   return scoring::launch_scoring<kHeads>(p, nullptr, sink, stream);
 }
 
-// Stage 3: certificate, select, emit; failing rows flagged. The instance
-// of K and the plan's width.
-template <int K, int kThreads>
-Status launch_select_kernel(const SelectArgs& args, const SelectStage& stage, int device, CUstream_st* stream) {
-  constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, kThreads>::SharedStorage));
-  auto kernel = select_kernel<K, kThreads>;
-  const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device, kSmem);
-  if (!st.ok()) return st;
-  kernel<<<stage.blocks, kThreads, kSmem, stream>>>(args);
-  return last_launch("select kernel launch");
-}
-
 template <int K>
 Status run_select_stage(const IndexerTopkParams& p, const FusedPlan& plan, void* workspace, const FusedHooks& hooks,
                         int device, CUstream_st* stream) {
@@ -186,9 +174,9 @@ Status run_select_stage(const IndexerTopkParams& p, const FusedPlan& plan, void*
                         p.options.sorted,
                         workspace_piece<std::uint32_t>(workspace, w.flags),
                         hooks.trace};
-  constexpr int kWide = wide_select_threads(K);
-  return plan.select.threads == kWide ? launch_select_kernel<K, kWide>(args, plan.select, device, stream)
-                                      : launch_select_kernel<K, kSelectThreads>(args, plan.select, device, stream);
+  // Stage 3: certificate, select, emit; failing rows flagged.
+  return launch_select_kernel<K>(args, plan.select.blocks, plan.select.threads == wide_select_threads(K), device,
+                                 stream, "indexer_topk");
 }
 
 // The select stage of one K, picked before anything is launched.

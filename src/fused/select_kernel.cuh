@@ -5,10 +5,14 @@
 #pragma once
 
 #include <cub/block/block_radix_sort.cuh>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
+#include "common/cuda_status.h"
 #include "common/keys.h"
+#include "common/launch_cache.h"
 #include "common/row_range.cuh"
 #include "common/warp.h"
 #include "fused/config.h"
@@ -66,6 +70,11 @@ struct SelectArgs {
   bool sorted;
   std::uint32_t* flags;               // [T] out: 1 = repair this row
   FusedRowTrace* trace;               // [T] or null
+  // [T] or null: a row's entries with a key below floor[t] are passed over.
+  // A floor above 0 must have K of the row's entries at or above it (the
+  // decode bar selection's: decode/bar_select.cuh), so that the rest are in
+  // no top K and every tie with the K-th entry stays.
+  const std::uint32_t* floor = nullptr;
 };
 
 template <int K, int Threads>
@@ -89,36 +98,67 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   }
   if (!certified) return;  // the same for every thread
 
-  // Rows of at most K candidates emit them all and pad the rest of out[];
+  const std::uint64_t* area = a.candidates + t * a.capacity;
+  const std::uint32_t floor = a.floor != nullptr ? a.floor[t] : 0u;
+  // The entries the select takes: with a floor, those at or above it,
+  // packed into shared memory by a first pass (n of them; past
+  // kSmemCandidates the passes read the area and skip the rest again).
+  std::uint32_t n = c;
+  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
+  if (floor != 0) {  // the same for every thread
+    if (threadIdx.x == 0) sh.emitted = 0;
+    __syncthreads();
+#pragma unroll 4
+    for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
+      const std::uint64_t v = __ldg(area + i);
+      const auto key = static_cast<std::uint32_t>(v >> 32);
+      if (key < floor) continue;
+      lo = min(lo, key);
+      hi = max(hi, key);
+      const std::uint32_t slot = atomicAdd(&sh.emitted, 1u);
+      if (slot < static_cast<std::uint32_t>(Cfg::kSmemCandidates)) {
+        sh.keys[slot] = key;
+        sh.pos[slot] = selection::device::order_pos(v);
+      }
+    }
+    __syncthreads();  // the count and the packed entries visible
+    n = sh.emitted;
+    __syncthreads();  // every thread has the count before it is reset below
+  }
+  // Rows of at most K entries emit them all and pad the rest of out[];
   // longer ones select K into it, with the select's histogram in its place
   // until then (the same for every thread).
-  if (c <= K) {
+  if (n <= K) {
     for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
   } else {
     for (int b = threadIdx.x; b < selection::device::kWindowBins; b += Threads) sh.emit.histogram[b] = 0;
   }
   if (threadIdx.x == 0) sh.emitted = 0;
-  const std::uint64_t* area = a.candidates + t * a.capacity;
-  const bool in_smem = c <= static_cast<std::uint32_t>(Cfg::kSmemCandidates);  // the same for every thread
-  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
+  const bool in_smem = n <= static_cast<std::uint32_t>(Cfg::kSmemCandidates);  // the same for every thread
+  const bool packed = floor != 0;  // shared memory holds the entries at or above the floor (when in_smem)
+  if (!packed) {
 #pragma unroll 4
-  for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
-    const std::uint64_t v = __ldg(area + i);
-    const auto key = static_cast<std::uint32_t>(v >> 32);
-    lo = min(lo, key);
-    hi = max(hi, key);
-    if (in_smem) {
-      sh.keys[i] = key;
-      sh.pos[i] = selection::device::order_pos(v);
+    for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
+      const std::uint64_t v = __ldg(area + i);
+      const auto key = static_cast<std::uint32_t>(v >> 32);
+      lo = min(lo, key);
+      hi = max(hi, key);
+      if (in_smem) {
+        sh.keys[i] = key;
+        sh.pos[i] = selection::device::order_pos(v);
+      }
     }
   }
   sh.key_range.publish(lo, hi);
   __syncthreads();  // out[], the counter, the shared-memory candidates and the key range visible
   sh.key_range.gather(lo, hi);
+  // Shared memory: the n entries; the area: its c entries, those under the
+  // floor absent.
+  const std::uint32_t items_end = in_smem ? n : c;
   const auto items = [&](auto&& fn) {
-    for (std::uint32_t base = 0; base < c; base += Threads) {
+    for (std::uint32_t base = 0; base < items_end; base += Threads) {
       const std::uint32_t i = base + threadIdx.x;
-      const bool present = i < c;
+      bool present = i < items_end;
       std::uint32_t key = 0;
       std::int32_t pos = 0;
       if (present) {
@@ -129,13 +169,14 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
           const std::uint64_t v = __ldg(area + i);
           key = static_cast<std::uint32_t>(v >> 32);
           pos = selection::device::order_pos(v);
+          present = key >= floor;
         }
       }
       fn(key, pos, present);
     }
   };
   const selection::device::Emitter<K> emitter(sh.emit.out, &sh.emitted, sh.radix, a.smallest_index_ties);
-  if (c <= K) {
+  if (n <= K) {
     emitter.emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
   } else {
     emitter.template select_and_emit_window<Cfg::kWarps>(items, K, lo, hi, sh.emit.histogram, sh.window);
@@ -147,6 +188,29 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
       sh.emit.out, sh.emit.sort, a.indices + t * K, a.values != nullptr ? a.values + t * K : nullptr,
       a.relative_indices ? 0 : r.begin, a.sorted, a.smallest_index_ties,
       [](std::int32_t, std::uint32_t key) { return key_score(key); });
+}
+
+// select_kernel<K, Threads> over `rows` rows (a CTA a row), its shared
+// memory allowed on `device` once; `what` names the operator in errors.
+template <int K, int Threads>
+Status launch_select_kernel(const SelectArgs& args, unsigned rows, int device, CUstream_st* stream, const char* what) {
+  constexpr int kSmem = static_cast<int>(sizeof(typename SelectConfig<K, Threads>::SharedStorage));
+  auto kernel = select_kernel<K, Threads>;
+  const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device, kSmem);
+  if (!st.ok()) return st;
+  kernel<<<rows, Threads, kSmem, stream>>>(args);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? Status::Ok() : cuda_status(err, std::string(what) + ": select kernel launch");
+}
+
+// The instance of K (512, 1024, 2048) at kSelectThreads, or wide
+// (wide_select_threads(K)).
+template <int K>
+Status launch_select_kernel(const SelectArgs& args, unsigned rows, bool wide, int device, CUstream_st* stream,
+                            const char* what) {
+  constexpr int kWide = wide_select_threads(K);
+  return wide ? launch_select_kernel<K, kWide>(args, rows, device, stream, what)
+              : launch_select_kernel<K, kSelectThreads>(args, rows, device, stream, what);
 }
 
 }  // namespace dsa::fused

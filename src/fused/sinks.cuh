@@ -74,7 +74,7 @@ struct FilterSink {
   __device__ void init(Shared&) const {}
 
   template <int R>
-  __device__ Lane<R> begin(std::int64_t t0, int lane, const RowRange (&rows)[R], int tiles) const {
+  __device__ Lane<R> begin(std::uint32_t, std::int64_t t0, int lane, const RowRange (&rows)[R], int tiles) const {
     static_assert(R == kR);
     Lane<R> st;
 #pragma unroll

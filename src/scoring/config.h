@@ -32,6 +32,10 @@ inline constexpr int kWarpgroupWarps = kWarpgroupThreads / kWarpSize;
 inline constexpr int kMathWarpgroups = 2;    // alternate tiles (ping-pong)
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kMathWarpgroups);
 inline constexpr int kSchedulerWarp = 1;
+// Warp 3 of warpgroup 0 has no role in the loop (thread 0 and, over a
+// paged cache, lane 0 of warp 2 load): a sink may run a helper on it
+// (scoring_kernel.cuh, kSinkHasHelper).
+inline constexpr int kHelperWarp = 3;
 inline constexpr int kFirstMathWarp = kWarpgroupWarps;
 inline constexpr int kMathThreads = kWarpgroupThreads * kMathWarpgroups;
 inline constexpr int kMathWarps = kMathThreads / kWarpSize;

@@ -2,7 +2,8 @@
 // walks its run of units. In warpgroup 0, warp 1 schedules (each unit's
 // block, first key and tile count, and its head weights, into one of two
 // slots) and thread 0 loads (TMA: the unit's Q block, then its key tiles;
-// over a paged cache lane 0 of warp 2 loads every other key tile);
+// over a paged cache lane 0 of warp 2 loads every other key tile); warp 3
+// runs the sink's helper, for a sink that has one;
 // warpgroups 1..2 multiply (wgmma) and run the epilogue on alternate key
 // tiles, so one warpgroup's epilogue overlaps the other's matrix product,
 // across unit boundaries too.
@@ -37,18 +38,24 @@ struct ScoresArgs {
 // Where the scores of a tile go. A sink is a kernel argument with
 //   Shared                        shared memory it needs after SharedStorage;
 //   init(Shared&)                 every thread, before the CTA's first barrier;
-//   begin<R>(t0, lane, rows, tiles)
+//   begin<R>(slot, t0, lane, rows, tiles)
 //                                 per-lane state for the lane's R rows
 //                                 (queries lane % 4 + 4r, ranges `rows`) at
 //                                 the start of each unit (block t0, `tiles`
-//                                 key tiles);
+//                                 key tiles, in unit slot `slot`: the
+//                                 kUnitSlots units in flight alternate);
 //   put(state, Shared&, t0, key, score, valid)
 //                                 every math thread, converged, once per tile
 //                                 (while the warpgroup's next product runs):
 //                                 score[r][half] of key index key[half],
 //                                 valid[r][half] when inside row r's range;
 //   finish(state, Shared&, t0)    every math thread after each unit's last tile
-//                                 (a warpgroup may have no tile in a unit).
+//                                 (a warpgroup may have no tile in a unit);
+//   help(Shared&, SharedStorage&) optional (kHelper = true): warp kHelperWarp
+//                                 of the producer warpgroup, beside the loop;
+//                                 it walks the units as the math warps do
+//                                 (unit_full) and every lane arrives on a
+//                                 unit's unit_empty once done with it.
 // StoreSink writes the scores matrix (the indexer_scores operator); the fused
 // operator's sinks live in src/fused/sinks.cuh.
 struct StoreSink {
@@ -59,7 +66,7 @@ struct StoreSink {
   struct Lane {};
   __device__ void init(Shared&) const {}
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t, std::int64_t, int, const RowRange (&)[R], int) const {
     return {};
   }
   template <int R>
@@ -90,7 +97,7 @@ struct ChecksumSink {
   };
   __device__ void init(Shared&) const {}
   template <int R>
-  __device__ Lane<R> begin(std::int64_t, int, const RowRange (&)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t, std::int64_t, int, const RowRange (&)[R], int) const {
     return {0u};
   }
   template <int R>
@@ -469,7 +476,7 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
     for (int r = 0; r < kStoresPerLane; ++r) {
       rows[r] = lane % 4 + 4 * r < S::kQueries ? smem.rows[slot][lane % 4 + 4 * r] : RowRange{};
     }
-    auto lane_state = sink.template begin<kStoresPerLane>(t0, lane, rows, unit.tiles);
+    auto lane_state = sink.template begin<kStoresPerLane>(slot, t0, lane, rows, unit.tiles);
     sm90::barrier_wait(&smem.q_full[slot], parity);
 
     TileScores<kStoresPerLane> held;
@@ -524,6 +531,11 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
   }
 }
 
+// Whether a sink has a helper warp (scoring/config.h, kHelperWarp): it
+// declares `static constexpr bool kHelper = true` and help().
+template <class Sink>
+inline constexpr bool kSinkHasHelper = requires { requires Sink::kHelper; };
+
 // The sink's shared memory, after SharedStorage.
 template <class Sink>
 __device__ __forceinline__ typename Sink::Shared& sink_storage(SharedStorage& smem) {
@@ -549,8 +561,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::barrier_init(&smem.unit_keys[s], 1);          // the scheduler warp's lane 0
       sm90::barrier_init(&smem.unit_full[s], kWarpSize);  // the scheduler warp's lanes
       sm90::barrier_init(&smem.q_full[s], 1);
-      // every math thread, and the producers when there are several
-      sm90::barrier_init(&smem.unit_empty[s], kMathThreads + (Keys::kProducers > 1 ? Keys::kProducers : 0));
+      // every math thread, the producers when there are several, and the
+      // sink's helper warp when it has one
+      sm90::barrier_init(&smem.unit_empty[s], kMathThreads + (Keys::kProducers > 1 ? Keys::kProducers : 0) +
+                                                  (kSinkHasHelper<Sink> ? kWarpSize : 0));
     }
     sm90::barrier_init_fence();
   }
@@ -569,6 +583,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (the scheduler's warp is busy, and lanes of one warp would serialise).
     constexpr int kSecondProducerWarp = 2;
     static_assert(kSecondProducerWarp != kSchedulerWarp && kSecondProducerWarp < kWarpgroupWarps);
+    static_assert(kHelperWarp != 0 && kHelperWarp != kSchedulerWarp && kHelperWarp != kSecondProducerWarp &&
+                  kHelperWarp < kWarpgroupWarps);
     if (threadIdx.x == 0) {
       sm90::tma_prefetch_descriptor(&q_map);
       sm90::tma_prefetch_descriptor(&k_map);
@@ -577,6 +593,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       produce<kCols>(smem, &q_map, &k_map, &scale_map, kHeads, source, 1);
     } else if (threadIdx.x / kWarpSize == kSchedulerWarp) {
       schedule<kHeads, kCols>(smem, args);
+    } else if (threadIdx.x / kWarpSize == kHelperWarp) {
+      if constexpr (kSinkHasHelper<Sink>) sink.help(sink_storage<Sink>(smem), smem);
     }
   } else {
     sm90::setmaxnreg_inc<math_regs(Keys::kProducerRegs)>();

@@ -49,7 +49,7 @@ run(0 "exact" check --op decode --dist small-integer,ties --B 2 --next-n 3 --L 7
     --deterministic --sorted --values)
 run(0 "exact" bench --op decode --B 2 --next-n 2 --L 3000 --K 512 --reps 1 --json "${WORK_DIR}/decode.json")
 run(2 "--route: the CUDA operator's option (--backend cuda)" bench --op decode --B 1 --next-n 1 --L 3000 --route unfused)
-run(2 "--route: --op decode takes by-shape, fused-select, stream-select or unfused, got 'fused'" bench --op decode --backend cuda --B 1
+run(2 "--route: --op decode takes by-shape, fused-select, stream-select, bar-select or unfused, got 'fused'" bench --op decode --backend cuda --B 1
     --next-n 1 --L 3000 --route fused)
 file(READ "${WORK_DIR}/decode.json" decode_json)
 string(FIND "${decode_json}" "\"op\": \"decode\"" pos)

@@ -110,10 +110,14 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                     plan.fused_select ? batch_rows * static_cast<std::size_t>(plan.select_capacity) * 8 : 0,
                     0,  // the streaming selection's counters (pinned only)
                     0,  // and lists
+                    0,  // the bar selection's state (pinned only)
+                    0,  // flags
+                    0,  // and candidates
                 };
-                const std::size_t offsets[] = {w.ks,         w.ke,         w.w,          w.scores,
-                                               w.indices,    w.values,     w.select_state, w.candidates,
-                                               w.stream_state, w.stream_list, w.total};
+                const std::size_t offsets[] = {w.ks,           w.ke,          w.w,         w.scores,
+                                               w.indices,      w.values,      w.select_state, w.candidates,
+                                               w.stream_state, w.stream_list, w.bar_state, w.bar_flags,
+                                               w.bar_candidates, w.total};
                 std::size_t at = 0;
                 for (std::size_t i = 0; i < std::size(pieces); ++i) {
                   EXPECT_EQ(offsets[i], at) << "piece " << i << ": H " << heads << ", next_n " << next_n << ", B "
@@ -308,6 +312,44 @@ TEST(DecodePlan, StreamSelectPinned) {
   PagedIndexerTopkParams slots = shape(4, 1, 64, 2048);
   slots.physical_slots = true;
   EXPECT_FALSE(make_plan(slots, stream).stream_select);
+}
+
+// The bar selection, pinned only: one-token requests of 64 heads reading
+// their lengths as ranges, any tie rule, sorted or not, positions; its
+// state (three words a row), flags and candidate areas (a quarter of the
+// context, at least 16K entries, at most the context) after the scores
+// buffer, which stays for the repair.
+TEST(DecodePlan, BarSelectPinned) {
+  const PagedHooks bar{PagedHooks::Route::kBarSelect};
+  EXPECT_FALSE(make_plan(shape(256, 1, 64, 2048)).bar_select);
+  for (std::int64_t blocks : {1, 32, 2048, 16384}) {
+    for (bool det : {false, true}) {
+      PagedIndexerTopkParams p = shape(256, 1, 64, blocks);
+      if (det) {
+        p.options.ties = TieBreak::kSmallestIndex;
+        p.options.sorted = true;
+      }
+      const PagedPlan plan = make_plan(p, bar);
+      EXPECT_TRUE(plan.bar_select) << blocks;
+      EXPECT_FALSE(plan.fused_select || plan.stream_select) << blocks;
+      const std::int64_t n = blocks * 64;
+      EXPECT_EQ(plan.bar_capacity, std::min(n, std::max<std::int64_t>(n / 4, 16384))) << blocks;
+      const PagedWorkspace& w = plan.workspace;
+      const auto rows = static_cast<std::size_t>(plan.batches.per_batch);
+      EXPECT_EQ(plan.batches.per_batch, make_plan(shape(256, 1, 64, blocks)).batches.per_batch);
+      EXPECT_EQ(w.bar_state, w.scores + aligned(rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float)));
+      EXPECT_EQ(w.bar_flags - w.bar_state, aligned(rows * kBarStateWords * sizeof(std::uint32_t)));
+      EXPECT_EQ(w.bar_candidates - w.bar_flags, aligned(rows * sizeof(std::uint32_t)));
+      EXPECT_EQ(w.total - w.bar_candidates,
+                aligned(rows * static_cast<std::size_t>(plan.bar_capacity) * sizeof(std::uint64_t)));
+      EXPECT_EQ(paged_workspace_size(p, bar), w.total);
+    }
+  }
+  EXPECT_FALSE(make_plan(shape(4, 2, 64, 2048), bar).bar_select);  // two tokens a request
+  EXPECT_FALSE(make_plan(shape(4, 1, 32, 2048), bar).bar_select);  // H = 32
+  PagedIndexerTopkParams slots = shape(4, 1, 64, 2048);
+  slots.physical_slots = true;
+  EXPECT_FALSE(make_plan(slots, bar).bar_select);
 }
 
 TEST(DecodePlan, NoRowsPlanNothing) {

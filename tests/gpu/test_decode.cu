@@ -466,6 +466,89 @@ TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
   for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
 }
 
+// The bar selection (pinned: PagedHooks::Route::kBarSelect) takes every
+// option: deterministic sorted results with values are the prefill
+// operator's bit for bit (NaN scores are reported as -inf, as the fused
+// prefill route reports them, so problems with NaN compare any-tie only),
+// and any-tie unsorted ones are a valid top K.
+void expect_bar_select_valid(const PagedProblem& p, int K, bool bit_exact = true) {
+  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
+  const DevicePaged d(p);
+  const tools::IndexerProblem view = tools::contiguous_view(p);
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const Result want = run_prefill(view, det);
+  Status st;
+  if (bit_exact) {
+    const Result got = run_paged_pinned(d, det, bar, &st);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(got.indices, want.indices);
+    for (std::size_t i = 0; i < want.values.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&got.values[i], &want.values[i], sizeof(float)), 0) << "slot " << i;
+    }
+  }
+  const Result any = run_paged_pinned(d, make_options(K), bar, &st);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_valid_any(view, any, want, K);
+}
+
+// Every distribution (ties and dead ReLU keep a whole row under one bar:
+// their areas overflow and the rows are repaired), K 512-2048, blocks of 16
+// and 64, lengths around K, empty rows, rows long enough for the bar to
+// rise many times in a piece.
+TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
+  std::uint64_t seed = 700;
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : {512, 1024, 2048}) {
+      for (int bs : {16, 64}) {
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " bs=" + std::to_string(bs));
+        const std::vector<std::int32_t> lens = {0, 1, K - 1, K, K + 1, 5000, 40000, 140000, 400000};
+        expect_bar_select_valid(tools::make_paged_problem(paged_spec(dist, 9, 1, 64, bs, lens, false, seed)), K);
+        ++seed;
+      }
+    }
+  }
+}
+
+// Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), large
+// batches of long rows (the route's shapes), a 1M context over every CTA
+// (its pieces' entries outrun the area: repaired), NaN and Inf.
+TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
+  const auto problem = [](Distribution dist, std::int64_t B, int bs, std::vector<std::int32_t> lens,
+                           std::uint64_t seed) {
+    return tools::make_paged_problem(paged_spec(dist, B, 1, 64, bs, std::move(lens), false, seed));
+  };
+  expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
+  expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
+  expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
+  expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
+  expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
+  expect_bar_select_valid(with_non_finite_scores(715), 2048, /*bit_exact=*/false);
+}
+
+// Small enough for the sanitizers, long enough that each CTA's piece
+// (~1.5K keys) raises its bar at K = 512; ties (an overflowing, repaired row).
+TEST(DecodeGpu, BarSelectSmall) {
+  expect_bar_select_valid(
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {200000, 2049}, false, 720)), 512);
+  expect_bar_select_valid(
+      tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 32, {90000, 3000, 513}, false, 721)), 512);
+}
+
+// Where it cannot take the call (two tokens a request), a pinned call is an
+// invalid argument and writes nothing.
+TEST(DecodeGpu, BarSelectPinnedElsewhereIsRejected) {
+  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
+  const PagedProblem two =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
+  const DevicePaged d(two);
+  Status st;
+  const Result none = run_paged_pinned(d, make_options(2048), bar, &st);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  std::int32_t poison = 0;
+  std::memset(&poison, testing::kPoison, sizeof(poison));
+  for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
+}
+
 // Many short ragged requests: a CTA's run crosses many units of one to
 // eleven tiles, so one of the two key producers often has no tile in a unit
 // and the unit slots are reused many times (the producers' arrivals on them).

@@ -742,6 +742,7 @@ constexpr std::int64_t kMaxJudgedScores = std::int64_t{1} << 28;
 constexpr const char* kDecodeUnfused = "unfused";
 constexpr const char* kDecodeFusedSelect = "fused-select";
 constexpr const char* kDecodeStreamSelect = "stream-select";  // pinned only (decode::PagedHooks)
+constexpr const char* kDecodeBarSelect = "bar-select";        // pinned only
 // Bytes of one cached key: D FP8 bytes and an fp32 scale.
 constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
 
@@ -767,7 +768,9 @@ struct DecodeRow {
   // CUDA, route by shape: the pinned routes and the math-only control timed
   // beside the operator (0: not timed, as fused_ms and stream_ms are where
   // their route cannot take the call).
-  double unfused_ms = 0, fused_ms = 0, math_ms = 0, stream_ms = 0;
+  double unfused_ms = 0, fused_ms = 0, math_ms = 0, stream_ms = 0, bar_ms = 0;
+  double bar_entries = 0;  // the bar selection's entries over the keys (PagedComparison)
+  std::int64_t bar_repaired = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -923,9 +926,12 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
       s.hooks.route = Route::kUnfused;
     } else if (route == kDecodeStreamSelect) {
       s.hooks.route = Route::kStreamSelect;
+    } else if (route == kDecodeBarSelect) {
+      s.hooks.route = Route::kBarSelect;
     } else if (route != "by-shape") {
       throw std::invalid_argument("--route: --op decode takes by-shape, " + std::string(kDecodeFusedSelect) + ", " +
-                                  kDecodeStreamSelect + " or " + kDecodeUnfused + ", got '" + route + "'");
+                                  kDecodeStreamSelect + ", " + kDecodeBarSelect + " or " + kDecodeUnfused + ", got '" +
+                                  route + "'");
     }
   }
   return s;
@@ -990,7 +996,10 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     return row;
   }
   const decode::PagedPlan plan = decode::make_plan(prob.params(nullptr, nullptr, s.options, false), s.hooks);
-  row.route = plan.fused_select ? kDecodeFusedSelect : plan.stream_select ? kDecodeStreamSelect : kDecodeUnfused;
+  row.route = plan.fused_select    ? kDecodeFusedSelect
+              : plan.stream_select ? kDecodeStreamSelect
+              : plan.bar_select    ? kDecodeBarSelect
+                                   : kDecodeUnfused;
   if (s.backend == Backend::kCuda && s.hooks.route == decode::PagedHooks::Route::kByShape) {
     PagedComparison cmp;
     const Status st = compare_paged_on_device(prob, s.options, s.values, s.reps, &cmp);
@@ -1010,6 +1019,12 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     if (cmp.stream_possible) {
       row.stream_ms = median(cmp.stream_ms);
       outs.emplace_back(kDecodeStreamSelect, &cmp.stream);
+    }
+    if (cmp.bar_possible) {
+      row.bar_ms = median(cmp.bar_ms);
+      row.bar_entries = cmp.bar_entry_fraction;
+      row.bar_repaired = cmp.bar_repaired;
+      outs.emplace_back(kDecodeBarSelect, &cmp.bar);
     }
     row.result = judge_decode(prob, row, s, outs);
     return row;
@@ -1035,7 +1050,7 @@ constexpr const char* kDecodeColumns =
     "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:>8} {:>6} {:<12} ";
 // With the pinned routes and the control timed beside the operator: their ms
 // and theirs / the operator's, then the control's ms and what it leaves.
-constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8} ";
+constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>6} {:>5} {:>9} {:>8} ";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
@@ -1060,13 +1075,18 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
                "expose\n"
                "ssel ms: the streaming selection pinned (one-token rows, any ties, unsorted: each row piece's top K "
                "kept in\nthe scoring kernel's shared memory, no scores stored, no top-k launch); xssel = its ms / the "
-               "operator's\n");
+               "operator's\n"
+               "bsel ms: the bar selection pinned (one-token rows of 64 heads: the scoring kernel keeps only the "
+               "scores at or\nabove a bar raised from its own counts, the fused prefill select stage takes the top "
+               "K); xbsel = its ms / the operator's; bent % = the entries it kept, % of the keys; brep = rows it "
+               "repaired\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
              "bound", "tgt ms", "xtgt", "route");
   if (routes) {
-    fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "ssel ms", "xssel", "math ms", "sel ms");
+    fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "ssel ms", "xssel", "bsel ms", "xbsel",
+               "bent %", "brep", "math ms", "sel ms");
   }
   fmt::print(" result\n");
   for (const DecodeRow& r : rows) {
@@ -1081,7 +1101,9 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
       fmt::print(kDecodeRouteColumns, cell(r.unfused_ms > 0, r.unfused_ms, 3),
                  cell(timed && r.unfused_ms > 0, r.unfused_ms / r.ms, 2), cell(r.fused_ms > 0, r.fused_ms, 3),
                  cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2), cell(r.stream_ms > 0, r.stream_ms, 3),
-                 cell(timed && r.stream_ms > 0, r.stream_ms / r.ms, 2), cell(r.math_ms > 0, r.math_ms, 3),
+                 cell(timed && r.stream_ms > 0, r.stream_ms / r.ms, 2), cell(r.bar_ms > 0, r.bar_ms, 3),
+                 cell(timed && r.bar_ms > 0, r.bar_ms / r.ms, 2), cell(r.bar_ms > 0, 100 * r.bar_entries, 1),
+                 cell(r.bar_ms > 0, static_cast<double>(r.bar_repaired), 0), cell(r.math_ms > 0, r.math_ms, 3),
                  cell(timed && r.math_ms > 0, r.ms - r.math_ms, 4));
     }
     fmt::print(" {}\n", r.result);
@@ -1103,6 +1125,8 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"bound", b.bound()},     {"route", r.backend == "cuda" ? r.route : ""},
                    {"unfused_ms", r.unfused_ms}, {"fused_select_ms", r.fused_ms},
                    {"math_only_ms", r.math_ms},  {"stream_select_ms", r.stream_ms},
+                   {"bar_select_ms", r.bar_ms}, {"bar_entry_fraction", r.bar_entries},
+                   {"bar_repaired_rows", r.bar_repaired},
                    {"target_ms", b.target_ms},
                    {"result", r.result}});
   }

@@ -211,6 +211,38 @@ auto pinned_paged_call(const PagedIndexerTopkParams& p, const Workspace& ws, con
   };
 }
 
+// The bar selection's state after its last call (decode/plan.h,
+// PagedWorkspace): its last batch's entry counts over the batch's keys, and
+// its repaired rows. One token a request (the route's calls): row b's keys
+// are context_lens[b].
+Status read_bar_state(const tools::PagedProblem& prob, const PagedIndexerTopkParams& p, const Workspace& ws,
+                      PagedComparison* out) {
+  const decode::PagedPlan plan = decode::make_plan(p, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect});
+  const Batch last = plan.batches[plan.batches.count() - 1];
+  const auto rows = static_cast<std::size_t>(last.size);
+  std::vector<std::uint32_t> counts(rows), flags(rows);
+  const auto* base = ws.buffer.as<std::uint8_t>();
+  const std::size_t counts_at = plan.workspace.bar_state + decode::kBarCount * rows * sizeof(std::uint32_t);
+  Status st = cuda_status(cudaMemcpy(counts.data(), base + counts_at, rows * sizeof(std::uint32_t),
+                                     cudaMemcpyDeviceToHost),
+                          "reading the bar selection's counts");
+  if (st.ok()) {
+    st = cuda_status(cudaMemcpy(flags.data(), base + plan.workspace.bar_flags, rows * sizeof(std::uint32_t),
+                                cudaMemcpyDeviceToHost),
+                     "reading the bar selection's flags");
+  }
+  if (!st.ok()) return st;
+  double entries = 0, keys = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    entries += counts[r];
+    keys += static_cast<double>(
+        std::min<std::int64_t>(prob.context_lens[static_cast<std::size_t>(last.first) + r], p.max_context()));
+    out->bar_repaired += flags[r] != 0 ? 1 : 0;
+  }
+  out->bar_entry_fraction = keys > 0 ? entries / keys : 0;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status run_on_device(const tools::IndexerProblem& prob, const SelectOptions& options, bool want_values, int reps,
@@ -268,9 +300,9 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   DevicePagedInputs inputs;
   if (Status st = inputs.upload(prob); !st.ok()) return st;
   // Each side: the same inputs, outputs of its own.
-  constexpr int kOp = 0, kUnfused = 1, kFused = 2, kStream = 3, kSides = 4;
+  constexpr int kOp = 0, kUnfused = 1, kFused = 2, kStream = 3, kBar = 4, kSides = 5;
   DeviceBuffer indices[kSides], values[kSides];
-  tools::TopkOutput* results[kSides] = {&out->op, &out->unfused, &out->fused, &out->stream};
+  tools::TopkOutput* results[kSides] = {&out->op, &out->unfused, &out->fused, &out->stream, &out->bar};
   PagedIndexerTopkParams p[kSides];
   for (int i = 0; i < kSides; ++i) {
     const Status st = prepare_outputs(prob.rows(), options, want_values, indices[i], values[i], results[i]);
@@ -279,13 +311,15 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     inputs.bind(&p[i]);
   }
   using Route = decode::PagedHooks::Route;
-  decode::PagedHooks unfused_hooks, fused_hooks, math_hooks, stream_hooks;
+  decode::PagedHooks unfused_hooks, fused_hooks, math_hooks, stream_hooks, bar_hooks;
   unfused_hooks.route = Route::kUnfused;
   fused_hooks.route = Route::kFusedSelect;
   math_hooks.route = Route::kMathOnly;
   stream_hooks.route = Route::kStreamSelect;
+  bar_hooks.route = Route::kBarSelect;
   out->fused_possible = decode::fused_select_possible(p[kFused], decode::make_plan(p[kFused]));
   out->stream_possible = decode::stream_select_possible(p[kStream], decode::make_plan(p[kStream]));
+  out->bar_possible = decode::bar_select_possible(p[kBar], decode::make_plan(p[kBar]));
 
   // The control writes no output: its buffers only take the poison.
   DeviceBuffer math_indices, math_values;
@@ -295,7 +329,7 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   PagedIndexerTopkParams math_p = prob.params(math_indices.as<std::int32_t>(), math_values.as<float>(), options, false);
   inputs.bind(&math_p);
 
-  Workspace op_ws, unfused_ws, fused_ws, math_ws, stream_ws;
+  Workspace op_ws, unfused_ws, fused_ws, math_ws, stream_ws, bar_ws;
   st = op_ws.alloc(p[kOp], &indexer_topk_paged_workspace_size);
   if (st.ok()) st = unfused_ws.alloc_bytes(decode::paged_workspace_size(p[kUnfused], unfused_hooks));
   if (st.ok()) st = math_ws.alloc_bytes(decode::paged_workspace_size(math_p, math_hooks));
@@ -303,6 +337,7 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
   if (st.ok() && out->stream_possible) {
     st = stream_ws.alloc_bytes(decode::paged_workspace_size(p[kStream], stream_hooks));
   }
+  if (st.ok() && out->bar_possible) st = bar_ws.alloc_bytes(decode::paged_workspace_size(p[kBar], bar_hooks));
   if (!st.ok()) return st;
   const std::size_t elems = out->op.indices.size();
   std::vector<TimedSide> sides = {
@@ -318,9 +353,17 @@ Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOpti
     sides.push_back(poisoned_side(pinned_paged_call(p[kStream], stream_ws, stream_hooks), indices[kStream],
                                   values[kStream], elems, &out->stream_ms));
   }
+  if (out->bar_possible) {
+    sides.push_back(poisoned_side(pinned_paged_call(p[kBar], bar_ws, bar_hooks), indices[kBar], values[kBar], elems,
+                                  &out->bar_ms));
+  }
   st = timed_rounds(reps, sides, "timed call");
+  if (st.ok() && out->bar_possible) st = read_bar_state(prob, p[kBar], bar_ws, out);
   for (int i = 0; st.ok() && i < kSides; ++i) {
-    if ((i == kFused && !out->fused_possible) || (i == kStream && !out->stream_possible)) continue;
+    if ((i == kFused && !out->fused_possible) || (i == kStream && !out->stream_possible) ||
+        (i == kBar && !out->bar_possible)) {
+      continue;
+    }
     st = download(indices[i], values[i], results[i]);
   }
   return st;

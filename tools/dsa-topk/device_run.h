@@ -34,12 +34,18 @@ Status run_paged_on_device(const tools::PagedProblem& prob, const SelectOptions&
 // The math-only control (decode::PagedHooks::Route::kMathOnly: the scoring
 // launches with the scores folded into a checksum) is timed in the same
 // rounds; it writes no output, so it is not judged.
-// The streaming selection (pinned) is timed too where it can take the call.
+// The streaming and the bar selections (pinned) are timed too where they
+// can take the call.
 struct PagedComparison {
-  tools::TopkOutput op, unfused, fused, stream;  // the last result of each
-  std::vector<double> op_ms, unfused_ms, fused_ms, math_ms, stream_ms;
+  tools::TopkOutput op, unfused, fused, stream, bar;  // the last result of each
+  std::vector<double> op_ms, unfused_ms, fused_ms, math_ms, stream_ms, bar_ms;
   bool fused_possible = false;   // decode::fused_select_possible: fused and fused_ms were timed
   bool stream_possible = false;  // decode::stream_select_possible: stream and stream_ms were timed
+  bool bar_possible = false;     // decode::bar_select_possible: bar and bar_ms were timed
+  // The bar selection's last call, its last batch of rows: the entries its
+  // scoring kernel kept (over the rows' keys) and the rows it repaired.
+  double bar_entry_fraction = 0;
+  std::int64_t bar_repaired = 0;
 };
 Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
                                int reps, PagedComparison* out);

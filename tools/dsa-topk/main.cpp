@@ -130,7 +130,8 @@ const std::vector<Command>& commands() {
           "fused or unfused (default by shape: unfused up to 128K keys);\n"
           "--op decode by-shape, fused-select (where the select kernel\n"
           "can take the call), stream-select (one-token rows, any ties,\n"
-          "unsorted) or unfused"}},
+          "unsorted), bar-select (one-token rows, H 64, positions) or\n"
+          "unfused"}},
         {}},
        dsa::cli::run_bench},
       {"run the indexer on a safetensors dump",

@@ -1,0 +1,272 @@
+// The paged indexer's bar selection (PagedPlan::bar_select, plan.h): each
+// row's top K from candidates the scoring kernel keeps, with no score
+// stored and no pass over a row's scores after it.
+//   * BarFilterSink (blocks of one query): a math thread keeps a score, as
+//     an order key (score key, position), only when its score key is at or
+//     above the unit's bar. It counts the entries it keeps by their top
+//     kSelectBinBits bits in shared memory (a histogram per unit slot) and
+//     stages them per lane; a warp copies its lanes' entries to the row's
+//     candidate area in the workspace (one claim on the row's count) when a
+//     lane's slots fill and at the unit's end.
+//   * Its helper warp (scoring/config.h, kHelperWarp) raises the bar while
+//     the unit runs: the lower edge of the highest bin that has at least K
+//     of the unit's kept entries at or above it. A unit is a piece of one
+//     row (blocks of one query), so those entries are K real keys of the
+//     row, each above every key under the bar: a key left out is below K
+//     others and in no top K, whatever the tie rule. The row's kept entries
+//     therefore hold its top K and every key tied with the K-th.
+//   * bar_zero_kernel zeroes the rows' counts before the scoring kernel,
+//     which is launched programmatically and waits for it before its first
+//     claim.
+//   * The select stage is the fused prefill operator's (fused/select_kernel
+//     .cuh): per row, the top K of its entries, any option (ties, sorted,
+//     values). A row whose entries outran its area is flagged there and
+//     repaired by the unfused pipeline (its scores, the standalone top-k).
+// Why: at large batches the unfused pipeline's score stores cost the
+// scoring kernel ~7 % and its top-k another ~4 % over the math-only control
+// (docs/perf-log.md D25, D28), and the control's math warps wait on full
+// stages ~30 % of their time (D30), so a sink that adds a compare and, for
+// the few keys above the bar, an append can hide in that slack. The bar is
+// what sets the entry rate: the streaming selection's bar (each warpgroup's
+// own top K, raised only at its cuts) let ~24 % of the keys in (D30).
+#pragma once
+
+#include <cuda/atomic>
+
+#include <cstdint>
+
+#include "common/keys.h"
+#include "common/row_range.cuh"
+#include "common/sm90/barrier.cuh"
+#include "common/sm90/grid_dependency.cuh"
+#include "common/warp.h"
+#include "decode/plan.h"
+#include "decode/select.cuh"
+#include "scoring/config.h"
+#include "selection/device/candidates.cuh"
+#include "selection/device/radix.cuh"
+
+namespace dsa::decode {
+
+// Entries a staging lane holds before its warp copies them out; the lanes
+// that stage at one query a block (lane % 4 == 0: the lanes that own a key
+// row's score), and the staging rows' width (one more, against bank
+// conflicts down a column).
+inline constexpr int kBarLaneSlots = 64;
+inline constexpr int kBarStagers = kWarpSize / 4;
+inline constexpr int kBarStagedWidth = kBarStagers + 1;
+// The helper's pause between two looks at the histogram: a unit at large
+// batches runs for hundreds of microseconds, and a look takes a few hundred
+// cycles of the helper's issue slots beside the math warps.
+inline constexpr unsigned kBarHelperPauseNs = 256;
+// Bins a helper lane reads in one step of its walk down the histogram.
+inline constexpr int kBarBinsPerLane = 4;
+inline constexpr int kBarBinsPerStep = kBarBinsPerLane * kWarpSize;
+static_assert(kSelectBins % kBarBinsPerStep == 0, "the walk's steps tile the histogram");
+
+// The bar's key for histogram bin b: the least score key in the bin.
+__device__ __forceinline__ std::uint32_t bar_key(std::uint32_t bin) { return bin << (32 - kSelectBinBits); }
+
+// The highest bin b >= floor with at least k counts in bins b and above,
+// or floor when there is none (a warp, converged; every lane gets it). The
+// walk goes down from the top bin and stops at floor's step: a bin below
+// floor is never a higher bar. Counts are read as they stand while the math
+// warps add to them (relaxed loads): a count read low only lowers the bar.
+__device__ __forceinline__ std::uint32_t bar_bin(const std::uint32_t* bins, std::uint32_t k, std::uint32_t floor) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  std::uint32_t above = 0;  // counts in the bins over the step
+  for (int top = kSelectBins; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
+    // This lane's bins, highest first: top - 1 - kBarBinsPerLane * lane - i.
+    const int high = top - 1 - kBarBinsPerLane * lane;
+    std::uint32_t c[kBarBinsPerLane];
+    std::uint32_t mine = 0;
+#pragma unroll
+    for (int i = 0; i < kBarBinsPerLane; ++i) {
+      c[i] = cuda::atomic_ref<const std::uint32_t, cuda::thread_scope_block>(bins[high - i])
+                 .load(cuda::memory_order_relaxed);
+      mine += c[i];
+    }
+    std::uint32_t step = 0;
+    const std::uint32_t inclusive = selection::device::warp_count_scan(mine, step);  // lanes 0..lane: higher bins
+    if (above + step >= k) {
+      const int holder = __ffs(__ballot_sync(kFullWarp, above + inclusive >= k)) - 1;
+      std::uint32_t bin = 0;
+      if (lane == holder) {
+        std::uint32_t sum = above + inclusive - mine;
+        bin = static_cast<std::uint32_t>(high);
+#pragma unroll
+        for (int i = 0; i < kBarBinsPerLane; ++i) {
+          sum += c[i];
+          if (sum >= k) break;
+          bin = static_cast<std::uint32_t>(high - i - 1);
+        }
+      }
+      bin = __shfl_sync(kFullWarp, bin, holder);
+      return bin > floor ? bin : floor;
+    }
+    above += step;
+  }
+  return floor;
+}
+
+struct BarFilterSink {
+  static constexpr bool kHelper = true;
+  std::uint32_t* count;       // [rows] entries claimed in the row's area (zeroed before the launch)
+  std::uint32_t* floor;       // [rows] the highest of the row's pieces' last bars (zeroed likewise)
+  std::uint64_t* candidates;  // [rows, capacity] order keys (score key, position)
+  std::uint32_t capacity;
+  std::uint32_t k;            // K
+
+  struct Shared {
+    // Per unit slot: the kept entries' counts by bin, the bar (a kept
+    // entry's key is at or above it; 0 keeps every key) and the barrier
+    // every math thread arrives on after its last entry of the unit.
+    std::uint32_t bins[scoring::kUnitSlots][kSelectBins];
+    std::uint32_t bar[scoring::kUnitSlots];
+    std::uint64_t done[scoring::kUnitSlots];
+    // [math warp][entry][staging lane]
+    std::uint64_t staged[scoring::kMathWarps][kBarLaneSlots][kBarStagedWidth];
+  };
+  template <int R>
+  struct Lane {
+    std::uint32_t slot;    // the unit's slot
+    std::uint32_t staged;  // this lane's entries staged
+  };
+
+  __device__ void init(Shared& sh) const {
+    for (int i = static_cast<int>(threadIdx.x); i < scoring::kUnitSlots * kSelectBins; i += static_cast<int>(blockDim.x)) {
+      sh.bins[i / kSelectBins][i % kSelectBins] = 0;
+    }
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < scoring::kUnitSlots; ++s) {
+        sh.bar[s] = 0;
+        sm90::barrier_init(&sh.done[s], scoring::kMathThreads);
+      }
+    }
+  }
+  template <int R>
+  __device__ Lane<R> begin(std::uint32_t slot, std::int64_t, int, const RowRange (&)[R], int) const {
+    static_assert(R == 1, "one query a block: a unit is a piece of one row");
+    return {slot, 0u};
+  }
+
+  // Copies the warp's staged entries to row t0's area (warp-collective): one
+  // claim on the row's count for the warp, then the entries in staging-lane
+  // order, coalesced. Entries past the area are counted, not stored (the
+  // select stage flags the row).
+  template <int R>
+  __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    __syncwarp();  // every lane's staged entries are visible to the warp
+    std::uint32_t total = 0;
+    const std::uint32_t inclusive = selection::device::warp_count_scan(st.staged, total);
+    if (total != 0) {  // the same for every lane
+      sm90::wait_for_prerequisite_grids();  // the zero kernel's counts
+      const std::uint32_t exclusive = inclusive - st.staged;
+      const std::uint32_t base = __shfl_sync(kFullWarp, selection::device::warp_claim(count + t0, st.staged, inclusive), 0);
+      std::uint32_t start[kBarStagers];  // staging lane j's first entry in the warp's run
+#pragma unroll
+      for (int j = 0; j < kBarStagers; ++j) start[j] = __shfl_sync(kFullWarp, exclusive, 4 * j);
+      std::uint64_t* area = candidates + t0 * capacity;
+      for (std::uint32_t e = lane; e < total; e += kWarpSize) {
+        // The last staging lane whose run starts at or before e (lanes with
+        // nothing staged share their successor's start and are passed over).
+        int j = 0;
+        std::uint32_t first = 0;
+#pragma unroll
+        for (int m = 1; m < kBarStagers; ++m) {
+          if (start[m] <= e) {
+            j = m;
+            first = start[m];
+          }
+        }
+        if (base + e < capacity) area[base + e] = sh.staged[warp][e - first][j];
+      }
+    }
+    st.staged = 0;
+    __syncwarp();  // every entry is read before any lane stages again
+  }
+
+  template <int R>
+  __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
+                                      const float (&score)[R][2], const bool (&valid)[R][2]) const {
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    const std::uint32_t bar =
+        cuda::atomic_ref<std::uint32_t, cuda::thread_scope_block>(sh.bar[st.slot]).load(cuda::memory_order_relaxed);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::uint32_t k_bits = score_key_fast(score[0][half]);
+      if (valid[0][half] && k_bits >= bar) {
+        atomicAdd(&sh.bins[st.slot][select_bin(k_bits)], 1u);
+        sh.staged[warp][st.staged][lane / 4] = selection::device::order_key(k_bits, key[half]);
+        ++st.staged;
+      }
+    }
+    if (__any_sync(kFullWarp, st.staged > kBarLaneSlots - 2)) flush(st, sh, t0, lane);
+  }
+
+  // Every math thread once a unit: the rest of its warp's entries out, then
+  // its arrival on the slot's barrier (its additions to the slot's bins are
+  // done). The wait for the zero kernel is in every CTA's path, so the grid
+  // never ends before that kernel does, whatever it claimed.
+  template <int R>
+  __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
+    sm90::wait_for_prerequisite_grids();
+    flush(st, sh, t0, lane);
+    sm90::barrier_arrive(&sh.done[st.slot]);
+  }
+
+  // The helper warp: for each unit (the math warps' order of slots), raises
+  // the slot's bar from the slot's bins until every math thread is done
+  // with the unit; then raises the row's floor to the unit's last bar (its
+  // K entries at or above it are in the row's area: every math thread
+  // flushed before it arrived), zeroes the bins and the bar for the slot's
+  // next unit and releases the slot (unit_empty, every lane).
+  __device__ void help(Shared& sh, scoring::SharedStorage& smem) const {
+    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    for (std::uint32_t u = 0;; ++u) {
+      const auto [slot, parity] = sm90::ring_slot<scoring::kUnitSlots>(u);
+      sm90::barrier_wait(&smem.unit_full[slot], parity);
+      const scoring::Unit unit = smem.unit[slot];
+      if (unit.tiles == 0) return;
+      std::uint32_t bin = 0;
+      for (;;) {
+        // Lane 0 decides for the warp: lanes testing on their own could see
+        // the phase complete at different times and part ways.
+        std::uint32_t done = 0;
+        if (lane == 0) done = cuda::ptx::mbarrier_test_wait_parity(&sh.done[slot], parity) ? 1u : 0u;
+        if (__shfl_sync(kFullWarp, done, 0) != 0) break;
+        const std::uint32_t b = bar_bin(sh.bins[slot], k, bin);
+        if (b > bin) {
+          bin = b;
+          if (lane == 0) {
+            cuda::atomic_ref<std::uint32_t, cuda::thread_scope_block>(sh.bar[slot])
+                .store(bar_key(bin), cuda::memory_order_relaxed);
+          }
+        }
+        __nanosleep(kBarHelperPauseNs);
+      }
+      if (lane == 0 && bin != 0) {
+        sm90::wait_for_prerequisite_grids();  // the zero kernel's floors
+        atomicMax(floor + unit.t0, bar_key(bin));
+      }
+      for (int i = lane; i < kSelectBins; i += kWarpSize) sh.bins[slot][i] = 0;
+      if (lane == 0) sh.bar[slot] = 0;
+      sm90::barrier_arrive(&smem.unit_empty[slot]);  // every lane, after its own stores
+    }
+  }
+};
+
+// The rows' counts and unstaged-tie counts (the select stage's; always 0
+// here) zeroed before the scoring kernel, which is launched
+// programmatically and starts at once.
+inline constexpr int kBarZeroThreads = 256;
+__global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(std::uint32_t* words, std::int64_t n) {
+  sm90::allow_dependent_launch();
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
+    words[i] = 0;
+  }
+}
+
+}  // namespace dsa::decode
