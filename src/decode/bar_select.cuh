@@ -8,14 +8,16 @@
 //     stages them per lane; a warp copies its lanes' entries to the row's
 //     candidate area in the workspace (one claim on the row's count) when a
 //     lane's slots fill and at the unit's end.
-//   * Its helper warp (scoring/config.h, kHelperWarp) raises the bar while
-//     the unit runs: the lower edge of the highest bin that has at least K
-//     of the unit's kept entries at or above it. A unit is a piece of one
-//     row (blocks of one query), so those entries are K real keys of the
-//     row, each above every key under the bar: a key left out is below K
-//     others and in no top K, whatever the tie rule. The row's kept entries
-//     therefore hold its top K and every key tied with the K-th.
-//   * bar_zero_kernel zeroes the rows' counts before the scoring kernel,
+//   * Its helper warp (scoring/config.h, kHelperWarp) adds the unit's new
+//     counts into the row's histogram in the workspace every few hundred
+//     nanoseconds and raises the bar from it while the unit runs: the lower
+//     edge of the highest bin that has at least K of the row's kept entries
+//     (every piece's, as counted so far) at or above it. A unit is a piece
+//     of one row (blocks of one query), so those entries are K real keys of
+//     the row, each above every key under the bar: a key left out is below
+//     K others and in no top K, whatever the tie rule. The row's kept
+//     entries therefore hold its top K and every key tied with the K-th.
+//   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
 //     claim.
 //   * The select stage is the fused prefill operator's (fused/select_kernel
@@ -68,22 +70,25 @@ static_assert(kSelectBins % kBarBinsPerStep == 0, "the walk's steps tile the his
 __device__ __forceinline__ std::uint32_t bar_key(std::uint32_t bin) { return bin << (32 - kSelectBinBits); }
 
 // The highest bin b >= floor with at least k counts in bins b and above,
-// or floor when there is none (a warp, converged; every lane gets it). The
-// walk goes down from the top bin and stops at floor's step: a bin below
-// floor is never a higher bar. Counts are read as they stand while the math
-// warps add to them (relaxed loads): a count read low only lowers the bar.
-__device__ __forceinline__ std::uint32_t bar_bin(const std::uint32_t* bins, std::uint32_t k, std::uint32_t floor) {
+// or floor when there is none (a warp, converged; every lane gets it;
+// load(i) reads count i; no bin above `highest` has a count). The walk goes
+// down from highest's step and stops at floor's: a bin below floor is never
+// a higher bar. Counts are read as they stand while others add to them: a
+// count read low, or one above a stale `highest`, only lowers the bar.
+template <class Load>
+__device__ __forceinline__ std::uint32_t bar_bin(Load load, std::uint32_t k, std::uint32_t floor,
+                                                 std::uint32_t highest) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   std::uint32_t above = 0;  // counts in the bins over the step
-  for (int top = kSelectBins; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
+  const int first = (static_cast<int>(highest) / kBarBinsPerStep + 1) * kBarBinsPerStep;
+  for (int top = first; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
     // This lane's bins, highest first: top - 1 - kBarBinsPerLane * lane - i.
     const int high = top - 1 - kBarBinsPerLane * lane;
     std::uint32_t c[kBarBinsPerLane];
     std::uint32_t mine = 0;
 #pragma unroll
     for (int i = 0; i < kBarBinsPerLane; ++i) {
-      c[i] = cuda::atomic_ref<const std::uint32_t, cuda::thread_scope_block>(bins[high - i])
-                 .load(cuda::memory_order_relaxed);
+      c[i] = load(high - i);
       mine += c[i];
     }
     std::uint32_t step = 0;
@@ -109,11 +114,46 @@ __device__ __forceinline__ std::uint32_t bar_bin(const std::uint32_t* bins, std:
   return floor;
 }
 
+// What push_bins added: the highest bin it added to (0: none) and the
+// counts it added.
+struct Pushed {
+  std::uint32_t highest;
+  std::uint32_t count;
+};
+
+// The unit's new counts from its bins (bins floor's step and up, taken and
+// zeroed one by one: none of the math warps' additions is lost) added into
+// the row's histogram in the workspace (a warp, converged; every lane gets
+// the result).
+__device__ __forceinline__ Pushed push_bins(std::uint32_t* bins, std::uint32_t* row_bins, std::uint32_t floor) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  std::uint32_t highest = 0, count = 0;
+  for (int top = kSelectBins; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
+#pragma unroll
+    for (int i = 0; i < kBarBinsPerLane; ++i) {
+      const int b = top - 1 - kBarBinsPerLane * lane - i;
+      const std::uint32_t n = atomicExch(&bins[b], 0u);
+      if (n != 0) {
+        atomicAdd(&row_bins[b], n);
+        highest = max(highest, static_cast<std::uint32_t>(b));
+        count += n;
+      }
+    }
+  }
+  return {__reduce_max_sync(kFullWarp, highest), __reduce_add_sync(kFullWarp, count)};
+}
+
 struct BarFilterSink {
   static constexpr bool kHelper = true;
   std::uint32_t* count;       // [rows] entries claimed in the row's area (zeroed before the launch)
   std::uint32_t* floor;       // [rows] the highest of the row's pieces' last bars (zeroed likewise)
   std::uint64_t* candidates;  // [rows, capacity] order keys (score key, position)
+  // [rows, kSelectBins] (zeroed likewise): the row's kept entries by bin,
+  // every piece's, which the helpers add their units' counts into and raise
+  // their bars from, so a piece's bar follows the whole row's entries.
+  std::uint32_t* row_bins;
+  std::uint32_t* row_top;     // [rows] (zeroed likewise): the highest bin of row_bins with a count
+  std::uint32_t* row_total;   // [rows] (zeroed likewise): row_bins' counts in all
   std::uint32_t capacity;
   std::uint32_t k;            // K
 
@@ -191,8 +231,11 @@ struct BarFilterSink {
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
-    const std::uint32_t bar =
-        cuda::atomic_ref<std::uint32_t, cuda::thread_scope_block>(sh.bar[st.slot]).load(cuda::memory_order_relaxed);
+    // The bar, by an atomic (the helper raises it by atomics: any value it
+    // had is a valid bar), one lane's for the warp.
+    std::uint32_t bar = 0;
+    if (lane == 0) bar = atomicAdd(&sh.bar[st.slot], 0u);
+    bar = __shfl_sync(kFullWarp, bar, 0);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const std::uint32_t k_bits = score_key_fast(score[0][half]);
@@ -216,14 +259,17 @@ struct BarFilterSink {
     sm90::barrier_arrive(&sh.done[st.slot]);
   }
 
-  // The helper warp: for each unit (the math warps' order of slots), raises
-  // the slot's bar from the slot's bins until every math thread is done
-  // with the unit; then raises the row's floor to the unit's last bar (its
-  // K entries at or above it are in the row's area: every math thread
-  // flushed before it arrived), zeroes the bins and the bar for the slot's
-  // next unit and releases the slot (unit_empty, every lane).
+  // The helper warp: for each unit (the math warps' order of slots), until
+  // every math thread is done with the unit, adds the slot's new counts
+  // into the row's histogram and raises the slot's bar from it; then adds
+  // the last counts, raises the row's floor to the unit's last bar (the K
+  // entries at or above it are in the row's area once the kernel ends:
+  // every math thread flushes before it arrives), zeroes the bins and the
+  // bar for the slot's next unit and releases the slot (unit_empty, every
+  // lane).
   __device__ void help(Shared& sh, scoring::SharedStorage& smem) const {
     const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    sm90::wait_for_prerequisite_grids();  // the zero kernel's row histograms and floors
     for (std::uint32_t u = 0;; ++u) {
       const auto [slot, parity] = sm90::ring_slot<scoring::kUnitSlots>(u);
       sm90::barrier_wait(&smem.unit_full[slot], parity);
@@ -236,20 +282,32 @@ struct BarFilterSink {
         std::uint32_t done = 0;
         if (lane == 0) done = cuda::ptx::mbarrier_test_wait_parity(&sh.done[slot], parity) ? 1u : 0u;
         if (__shfl_sync(kFullWarp, done, 0) != 0) break;
-        const std::uint32_t b = bar_bin(sh.bins[slot], k, bin);
-        if (b > bin) {
-          bin = b;
-          if (lane == 0) {
-            cuda::atomic_ref<std::uint32_t, cuda::thread_scope_block>(sh.bar[slot])
-                .store(bar_key(bin), cuda::memory_order_relaxed);
+        std::uint32_t* row = row_bins + unit.t0 * kSelectBins;
+        const Pushed pushed = push_bins(sh.bins[slot], row, bin);
+        // The row's highest bin and its counts in all (two independent
+        // atomics, one latency); no walk while it has fewer than K.
+        std::uint32_t highest = 0, total = 0;
+        if (lane == 0) {
+          highest = max(atomicMax(row_top + unit.t0, pushed.highest), pushed.highest);
+          total = atomicAdd(row_total + unit.t0, pushed.count) + pushed.count;
+        }
+        highest = __shfl_sync(kFullWarp, highest, 0);
+        total = __shfl_sync(kFullWarp, total, 0);
+        if (total >= k) {
+          const std::uint32_t b = bar_bin([&](int i) { return __ldcg(row + i); }, k, bin, highest);
+          if (b > bin) {
+            bin = b;
+            if (lane == 0) atomicMax(&sh.bar[slot], bar_key(bin));
           }
         }
         __nanosleep(kBarHelperPauseNs);
       }
-      if (lane == 0 && bin != 0) {
-        sm90::wait_for_prerequisite_grids();  // the zero kernel's floors
-        atomicMax(floor + unit.t0, bar_key(bin));
+      const Pushed pushed = push_bins(sh.bins[slot], row_bins + unit.t0 * kSelectBins, bin);
+      if (lane == 0) {  // for the row's other pieces
+        atomicMax(row_top + unit.t0, pushed.highest);
+        atomicAdd(row_total + unit.t0, pushed.count);
       }
+      if (lane == 0 && bin != 0) atomicMax(floor + unit.t0, bar_key(bin));
       for (int i = lane; i < kSelectBins; i += kWarpSize) sh.bins[slot][i] = 0;
       if (lane == 0) sh.bar[slot] = 0;
       sm90::barrier_arrive(&smem.unit_empty[slot]);  // every lane, after its own stores
@@ -257,9 +315,9 @@ struct BarFilterSink {
   }
 };
 
-// The rows' counts and unstaged-tie counts (the select stage's; always 0
-// here) zeroed before the scoring kernel, which is launched
-// programmatically and starts at once.
+// The rows' state (plan.h, BarState: counts, unstaged ties (the select
+// stage's input; always 0 here), floors and histograms) zeroed before the
+// scoring kernel, which is launched programmatically and starts at once.
 inline constexpr int kBarZeroThreads = 256;
 __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(std::uint32_t* words, std::int64_t n) {
   sm90::allow_dependent_launch();

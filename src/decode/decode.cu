@@ -374,12 +374,19 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   auto* flags = workspace_piece<std::uint32_t>(workspace, w.bar_flags);
   auto* candidates = workspace_piece<std::uint64_t>(workspace, w.bar_candidates);
   const std::int64_t words = kBarStateWords * rows;
-  bar_zero_kernel<<<static_cast<unsigned>((words + kBarZeroThreads - 1) / kBarZeroThreads), kBarZeroThreads, 0,
-                    stream>>>(state, words);
+  constexpr std::int64_t kMaxZeroBlocks = 1024;  // the rest by the grid's stride
+  bar_zero_kernel<<<static_cast<unsigned>(std::min((words + kBarZeroThreads - 1) / kBarZeroThreads, kMaxZeroBlocks)),
+                    kBarZeroThreads, 0, stream>>>(state, words);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
-  const BarFilterSink sink{state + kBarCount * rows, state + kBarFloor * rows, candidates, capacity,
+  const BarFilterSink sink{state + kBarCount * rows,
+                           state + kBarFloor * rows,
+                           candidates,
+                           state + kBarBins * rows,
+                           state + kBarTop * rows,
+                           state + kBarTotal * rows,
+                           capacity,
                            static_cast<std::uint32_t>(p.options.k)};
   Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                                 /*programmatic=*/true);

@@ -398,6 +398,32 @@ PagedProblem with_non_finite_scores(std::uint64_t seed) {
   return p;
 }
 
+// One token a request, 64 heads: the calls the streaming and the bar
+// selections take.
+PagedProblem one_token(Distribution dist, std::int64_t B, int bs, std::vector<std::int32_t> lens,
+                       std::uint64_t seed) {
+  return tools::make_paged_problem(paged_spec(dist, B, 1, 64, bs, std::move(lens), false, seed));
+}
+
+// check(problem, K) over every distribution, K 512-2048 and blocks of 16 and
+// 64 (seeds from `seed` on): one-token requests of lengths 0, 1, K - 1, K,
+// K + 1, then `longer`.
+template <class Check>
+void over_every_distribution_and_length(std::uint64_t seed, const std::vector<std::int32_t>& longer, Check check) {
+  for (Distribution dist : tools::all_distributions()) {
+    for (int K : {512, 1024, 2048}) {
+      for (int bs : {16, 64}) {
+        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " bs=" + std::to_string(bs));
+        std::vector<std::int32_t> lens = {0, 1, K - 1, K, K + 1};
+        lens.insert(lens.end(), longer.begin(), longer.end());
+        const auto B = static_cast<std::int64_t>(lens.size());
+        check(one_token(dist, B, bs, std::move(lens), seed), K);
+        ++seed;
+      }
+    }
+  }
+}
+
 // The streaming selection (pinned: PagedHooks::Route::kStreamSelect) gives a
 // valid any-tie top K with the prefill operator's values, bit for bit.
 void expect_stream_select_valid(const PagedProblem& p, int K) {
@@ -415,26 +441,13 @@ void expect_stream_select_valid(const PagedProblem& p, int K) {
 // blocks of 16 and 64, lengths around K and empty rows; rows long enough to
 // cut many times in a piece and short enough to merge hundreds of pieces.
 TEST(DecodeGpu, StreamSelectEveryDistributionAndLength) {
-  std::uint64_t seed = 600;
-  for (Distribution dist : tools::all_distributions()) {
-    for (int K : {512, 1024, 2048}) {
-      for (int bs : {16, 64}) {
-        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " bs=" + std::to_string(bs));
-        const std::vector<std::int32_t> lens = {0, 1, K - 1, K, K + 1, 5000, 40000, 140000};
-        expect_stream_select_valid(tools::make_paged_problem(paged_spec(dist, 8, 1, 64, bs, lens, false, seed)), K);
-        ++seed;
-      }
-    }
-  }
+  over_every_distribution_and_length(600, {5000, 40000, 140000}, expect_stream_select_valid);
 }
 
 // Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), a 1M
 // context over every CTA (its list merged from ~260 pieces), NaN and Inf.
 TEST(DecodeGpu, StreamSelectManyRowsLongContextAndNonFinite) {
-  const auto problem = [](Distribution dist, std::int64_t B, int bs, std::vector<std::int32_t> lens,
-                           std::uint64_t seed) {
-    return tools::make_paged_problem(paged_spec(dist, B, 1, 64, bs, std::move(lens), false, seed));
-  };
+  const auto problem = one_token;
   expect_stream_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 610), 610), 2048);
   expect_stream_select_valid(problem(Distribution::kModelLike, 40, 64, ragged(40, 0, 140000, 611), 611), 2048);
   expect_stream_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 612), 2048);
@@ -451,19 +464,22 @@ TEST(DecodeGpu, StreamSelectSmall) {
       tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 32, {9000, 3000, 513}, false, 621)), 512);
 }
 
-// Where it cannot take the call (two tokens a request), a pinned call is an
-// invalid argument and writes nothing.
-TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
-  const decode::PagedHooks stream{decode::PagedHooks::Route::kStreamSelect};
+// A route pinned where it cannot take the call (two tokens a request) is an
+// invalid argument, and nothing is written.
+void expect_pinned_two_tokens_rejected(decode::PagedHooks::Route route) {
   const PagedProblem two =
       tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
   const DevicePaged d(two);
   Status st;
-  const Result none = run_paged_pinned(d, make_options(2048), stream, &st);
+  const Result none = run_paged_pinned(d, make_options(2048), decode::PagedHooks{route}, &st);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   std::int32_t poison = 0;
   std::memset(&poison, testing::kPoison, sizeof(poison));
   for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
+}
+
+TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
+  expect_pinned_two_tokens_rejected(decode::PagedHooks::Route::kStreamSelect);
 }
 
 // The bar selection (pinned: PagedHooks::Route::kBarSelect) takes every
@@ -496,27 +512,15 @@ void expect_bar_select_valid(const PagedProblem& p, int K, bool bit_exact = true
 // and 64, lengths around K, empty rows, rows long enough for the bar to
 // rise many times in a piece.
 TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
-  std::uint64_t seed = 700;
-  for (Distribution dist : tools::all_distributions()) {
-    for (int K : {512, 1024, 2048}) {
-      for (int bs : {16, 64}) {
-        SCOPED_TRACE(std::string(tools::to_string(dist)) + " K=" + std::to_string(K) + " bs=" + std::to_string(bs));
-        const std::vector<std::int32_t> lens = {0, 1, K - 1, K, K + 1, 5000, 40000, 140000, 400000};
-        expect_bar_select_valid(tools::make_paged_problem(paged_spec(dist, 9, 1, 64, bs, lens, false, seed)), K);
-        ++seed;
-      }
-    }
-  }
+  over_every_distribution_and_length(700, {5000, 40000, 140000, 400000},
+                                     [](const PagedProblem& p, int K) { expect_bar_select_valid(p, K); });
 }
 
 // Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), large
 // batches of long rows (the route's shapes), a 1M context over every CTA
 // (its pieces' entries outrun the area: repaired), NaN and Inf.
 TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
-  const auto problem = [](Distribution dist, std::int64_t B, int bs, std::vector<std::int32_t> lens,
-                           std::uint64_t seed) {
-    return tools::make_paged_problem(paged_spec(dist, B, 1, 64, bs, std::move(lens), false, seed));
-  };
+  const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
   expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
@@ -534,19 +538,8 @@ TEST(DecodeGpu, BarSelectSmall) {
       tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 32, {90000, 3000, 513}, false, 721)), 512);
 }
 
-// Where it cannot take the call (two tokens a request), a pinned call is an
-// invalid argument and writes nothing.
 TEST(DecodeGpu, BarSelectPinnedElsewhereIsRejected) {
-  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
-  const PagedProblem two =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 2, 64, 64, {5000, 9000, 3}, false, 7));
-  const DevicePaged d(two);
-  Status st;
-  const Result none = run_paged_pinned(d, make_options(2048), bar, &st);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  std::int32_t poison = 0;
-  std::memset(&poison, testing::kPoison, sizeof(poison));
-  for (std::int32_t v : none.indices) ASSERT_EQ(v, poison);
+  expect_pinned_two_tokens_rejected(decode::PagedHooks::Route::kBarSelect);
 }
 
 // Many short ragged requests: a CTA's run crosses many units of one to
