@@ -8,11 +8,12 @@
 //     stages them per lane; a warp copies its lanes' entries to the row's
 //     candidate area in the workspace (one claim on the row's count) when a
 //     lane's slots fill and at the unit's end.
-//   * Its helper warp (scoring/config.h, kHelperWarp) adds the unit's new
-//     counts into the row's histogram in the workspace every few hundred
-//     nanoseconds and raises the bar from it while the unit runs: the lower
-//     edge of the highest bin that has at least K of the row's kept entries
-//     (every piece's, as counted so far) at or above it. A unit is a piece
+//   * Its helper warp (scoring/config.h, kHelperWarp) keeps adding the
+//     unit's new counts into the row's histogram in the workspace and
+//     raising the bar from it while the unit runs (a look is a chain of a
+//     few L2 round trips, then a short pause): the lower edge of the
+//     highest bin that has at least K of the row's kept entries (every
+//     piece's, as counted so far) at or above it. A unit is a piece
 //     of one row (blocks of one query), so those entries are K real keys of
 //     the row, each above every key under the bar: a key left out is below
 //     K others and in no top K, whatever the tie rule. The row's kept
