@@ -410,15 +410,8 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   DeviceLimits limits;
   st = LaunchCache::get().current(&device, &limits);
   if (!st.ok()) return st;
-  // Fewer rows than two an SM: wide blocks, as the prefill operator's plan.
-  const bool wide = rows <= 2 * static_cast<std::int64_t>(limits.sm_count);
-  const auto blocks = static_cast<unsigned>(rows);
-  switch (p.options.k) {
-    case 512: st = fused::launch_select_kernel<512>(args, blocks, wide, device, stream, kOp); break;
-    case 1024: st = fused::launch_select_kernel<1024>(args, blocks, wide, device, stream, kOp); break;
-    case 2048: st = fused::launch_select_kernel<2048>(args, blocks, wide, device, stream, kOp); break;
-    default: return {StatusCode::kInternal, std::string(kOp) + ": K " + std::to_string(p.options.k) + " has no kernel"};
-  }
+  st = fused::launch_select_kernel(args, p.options.k, static_cast<unsigned>(rows),
+                                   fused::select_rows_are_few(rows, limits.sm_count), device, stream, kOp);
   if (!st.ok()) return st;
   return launch_unfused(plan, p, in, keys, scores, flags, indices, values, stream);
 }

@@ -24,5 +24,10 @@ inline constexpr int kThresholdThreads = 256;
 // each pass over the candidates by up to 4x.
 inline constexpr int kSelectThreads = 256;
 constexpr int wide_select_threads(int k) { return k / 2 < 1024 ? k / 2 : 1024; }
+// Whether `rows` rows take the wide blocks: fewer than two rows an SM (one
+// row's latency is the stage).
+constexpr bool select_rows_are_few(std::int64_t rows, int sm_count) {
+  return rows <= 2 * static_cast<std::int64_t>(sm_count);
+}
 
 }  // namespace dsa::fused

@@ -124,9 +124,8 @@ FusedPlan make_plan(const IndexerTopkParams& p, const DeviceLimits& limits, cons
 
   plan.filter = {static_cast<std::uint32_t>(candidate_capacity(K)), static_cast<std::uint32_t>(K + K / 4)};
 
-  // Fewer rows than two per SM: wide blocks (one row's latency is the stage).
   using Width = FusedHooks::SelectWidth;
-  const bool wide = hooks.select_width == Width::kByRows ? T <= 2 * static_cast<std::int64_t>(limits.sm_count)
+  const bool wide = hooks.select_width == Width::kByRows ? select_rows_are_few(T, limits.sm_count)
                                                          : hooks.select_width == Width::kWide;
   plan.select = {static_cast<unsigned>(T), wide ? wide_select_threads(K) : kSelectThreads};
 

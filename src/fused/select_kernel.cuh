@@ -213,4 +213,16 @@ Status launch_select_kernel(const SelectArgs& args, unsigned rows, bool wide, in
               : launch_select_kernel<K, kSelectThreads>(args, rows, device, stream, what);
 }
 
+// The instance of a K the operators take (512, 1024, 2048); another K is an
+// internal error (the API validated it).
+inline Status launch_select_kernel(const SelectArgs& args, int k, unsigned rows, bool wide, int device,
+                                   CUstream_st* stream, const char* what) {
+  switch (k) {
+    case 512: return launch_select_kernel<512>(args, rows, wide, device, stream, what);
+    case 1024: return launch_select_kernel<1024>(args, rows, wide, device, stream, what);
+    case 2048: return launch_select_kernel<2048>(args, rows, wide, device, stream, what);
+    default: return {StatusCode::kInternal, std::string(what) + ": K " + std::to_string(k) + " has no select kernel"};
+  }
+}
+
 }  // namespace dsa::fused
