@@ -251,11 +251,9 @@ struct BarFilterSink {
 
   // Every math thread once a unit: the rest of its warp's entries out, then
   // its arrival on the slot's barrier (its additions to the slot's bins are
-  // done). The wait for the zero kernel is in every CTA's path, so the grid
-  // never ends before that kernel does, whatever it claimed.
+  // done).
   template <int R>
   __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
-    sm90::wait_for_prerequisite_grids();
     flush(st, sh, t0, lane);
     sm90::barrier_arrive(&sh.done[st.slot]);
   }
@@ -270,7 +268,10 @@ struct BarFilterSink {
   // lane).
   __device__ void help(Shared& sh, scoring::SharedStorage& smem) const {
     const int lane = static_cast<int>(threadIdx.x % kWarpSize);
-    sm90::wait_for_prerequisite_grids();  // the zero kernel's row histograms and floors
+    // The zero kernel's row histograms and floors. Every CTA with a unit
+    // waits here, so the grid never ends before that kernel does, whatever
+    // its math warps claimed.
+    sm90::wait_for_prerequisite_grids();
     for (std::uint32_t u = 0;; ++u) {
       const auto [slot, parity] = sm90::ring_slot<scoring::kUnitSlots>(u);
       sm90::barrier_wait(&smem.unit_full[slot], parity);
@@ -316,9 +317,9 @@ struct BarFilterSink {
   }
 };
 
-// The rows' state (plan.h, BarState: counts, unstaged ties (the select
-// stage's input; always 0 here), floors and histograms) zeroed before the
-// scoring kernel, which is launched programmatically and starts at once.
+// The rows' state (plan.h, BarState: counts, floors, histograms) zeroed
+// before the scoring kernel, which is launched programmatically and starts
+// at once.
 inline constexpr int kBarZeroThreads = 256;
 __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(std::uint32_t* words, std::int64_t n) {
   sm90::allow_dependent_launch();

@@ -397,7 +397,7 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                          state + kBarCount * rows,
                          candidates,
                          capacity,
-                         state + kBarUnstaged * rows,
+                         nullptr,  // every tie at or above the bar is kept: none left out
                          indices,
                          values,
                          /*relative_indices=*/true,

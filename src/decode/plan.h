@@ -35,9 +35,9 @@ struct PagedWorkspace {
   std::size_t stream_state = 0;  // [batch rows, kStreamStateWords] uint32
   std::size_t stream_list = 0;   // [batch rows, stream_list_capacity] uint64
   // The bar selection (PagedPlan::bar_select): a row's state (entries
-  // claimed, unstaged ties (always 0: the select stage's input), the floor
-  // its pieces' last bars certify, its kept entries' histogram; zeroed
-  // before each batch's scoring), its repair flag and its candidate area.
+  // claimed, the floor its pieces' last bars certify, its kept entries'
+  // histogram; zeroed before each batch's scoring), its repair flag and its
+  // candidate area.
   std::size_t bar_state = 0;       // [batch rows * kBarStateWords] uint32 (BarState)
   std::size_t bar_flags = 0;       // [batch rows] uint32
   std::size_t bar_candidates = 0;  // [batch rows, bar_capacity] uint64
@@ -56,11 +56,11 @@ inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
 // shared-memory buffers allow (decode/stream_select.cuh).
 enum StreamCounter : int { kListCount = 0, kKeysDone = 1, kStreamStateWords = 2 };
 inline constexpr int kStreamMaxK = 2048;
-// The bar selection's state, rows words apart: entries claimed, unstaged
-// ties, floors, the histograms' highest bins with a count and their counts
-// in all (a word a row each), then the rows' histograms of kept entries
-// (kSelectBins words a row); kBarStateWords words a row in all.
-enum BarState : int { kBarCount = 0, kBarUnstaged = 1, kBarFloor = 2, kBarTop = 3, kBarTotal = 4, kBarBins = 5 };
+// The bar selection's state, rows words apart: entries claimed, floors,
+// the histograms' highest bins with a count and their counts in all (a
+// word a row each), then the rows' histograms of kept entries (kSelectBins
+// words a row); kBarStateWords words a row in all.
+enum BarState : int { kBarCount = 0, kBarFloor = 1, kBarTop = 2, kBarTotal = 3, kBarBins = 4 };
 inline constexpr int kBarStateWords = kBarBins + kSelectBins;
 // Keys a CTA of the select kernel filters at most (its part of a row: 16
 // loads a thread, 512 threads), and the most CTAs a row gets: contexts of

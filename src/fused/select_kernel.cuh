@@ -62,7 +62,7 @@ struct SelectArgs {
   const std::uint32_t* count;         // [T] entries staged (scores > tau, ties within budget)
   const std::uint64_t* candidates;    // [T, capacity] order keys
   std::uint32_t capacity;
-  const std::uint32_t* unstaged;      // [T] ties with tau left out
+  const std::uint32_t* unstaged;      // [T] ties with tau left out, or null: none (a filter that stages every tie)
   std::int32_t* indices;              // [T, K]
   float* values;                      // [T, K] or null
   bool relative_indices;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
   const std::uint32_t c = a.count[t];
-  const std::uint32_t unstaged = a.unstaged[t];
+  const std::uint32_t unstaged = a.unstaged != nullptr ? a.unstaged[t] : 0u;
   const bool certified = fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
   if (threadIdx.x == 0) {
     a.flags[t] = certified ? 0u : 1u;
