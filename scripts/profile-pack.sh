@@ -15,6 +15,9 @@
 #   select1   the fused selection's select kernel after it, 1 x 128K
 #   stream    the same kernel with the streaming selection (StreamSelectSink,
 #             --route stream-select), 256 x 128K
+#   bar       the same kernel with the bar selection (BarFilterSink,
+#             --route bar-select), 256 x 128K
+#   barselect the bar selection's select stage after it, 256 x 128K
 #   merge     merge_kernel, P 8 x R 4096 parts at K 2048
 #   scores    indexer_scores_kernel (StoreSink), 4096 x 32K
 #   topk128k  the standalone top-k at 4096 x 128K
@@ -32,7 +35,7 @@ if [ "${1:-}" = --dsa-topk ]; then
   shift 2
 fi
 if [ "$#" = 0 ]; then
-  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|pagedmath|hist1|select1|stream|merge|scores|topk128k|filter ..." >&2
+  echo "usage: scripts/profile-pack.sh [--dsa-topk PATH] cluster|paged|paged1|pagedmath|hist1|select1|stream|bar|barselect|merge|scores|topk128k|filter ..." >&2
   exit 2
 fi
 mkdir -p "$OUT"
@@ -77,6 +80,9 @@ for target in "$@"; do
     select1) profile select1 paged_select_kernel --op decode --B 1 --next-n 1 --L 131072 --route fused-select ;;
     stream) profile stream "indexer_scores.*StreamSelectSink" --op decode --B 256 --next-n 1 --L 131072 \
       --route stream-select ;;
+    bar) profile bar "indexer_scores.*BarFilterSink" --op decode --B 256 --next-n 1 --L 131072 \
+      --route bar-select ;;
+    barselect) profile barselect "fused::select_kernel" --op decode --B 256 --next-n 1 --L 131072 --route bar-select ;;
     merge) profile merge merge_kernel --op merge --P 8 --R 4096 ;;
     scores) profile scores indexer_scores --op scores --T 4096 --N 32768 ;;
     topk128k) profile topk128k "topk_" --op topk --T 4096 --N 131072 ;;
