@@ -5,9 +5,10 @@
 //     an order key (score key, position), only when its score key is at or
 //     above the unit's bar. It counts the entries it keeps by their top
 //     kSelectBinBits bits in shared memory (a histogram per unit slot) and
-//     stages them per lane; a warp copies its lanes' entries to the row's
-//     candidate area in the workspace (one claim on the row's count) when a
-//     lane's slots fill and at the unit's end.
+//     stages them per lane. When a lane's slots fill, the warp's lanes drop
+//     the entries the bar has passed since, and the warp copies the rest to
+//     the row's candidate area in the workspace (one claim on the row's
+//     count) if a lane still holds many; all of them at the unit's end.
 //   * Its helper warp (scoring/config.h, kHelperWarp) keeps adding the
 //     unit's new counts into the row's histogram in the workspace and
 //     raising the bar from it while the unit runs (a look is a chain of a
@@ -56,6 +57,13 @@ namespace dsa::decode {
 // row's score), and the staging rows' width (one more, against bank
 // conflicts down a column).
 inline constexpr int kBarLaneSlots = 64;
+// A lane whose slots fill first drops the entries the bar has passed since
+// they were staged; its warp writes its entries out only when some lane
+// still holds more than this many. An entry staged early in a unit mostly
+// falls under the bar before it would be written: beside the key stream,
+// the entries' DRAM writes cost the scoring kernel several times their
+// bytes' transfer time (docs/perf-log.md, D58).
+inline constexpr std::uint32_t kBarWriteAbove = kBarLaneSlots * 3 / 4;
 inline constexpr int kBarStagers = kWarpSize / 4;
 inline constexpr int kBarStagedWidth = kBarStagers + 1;
 // The helper's pause between two looks at the histogram: a unit at large
@@ -191,6 +199,31 @@ struct BarFilterSink {
     return {slot, 0u};
   }
 
+  // The slot's bar, by an atomic (the helper raises it by atomics: any
+  // value it had is a valid bar), one lane's read for the warp.
+  __device__ __forceinline__ static std::uint32_t warp_bar(Shared& sh, std::uint32_t slot, int lane) {
+    std::uint32_t bar = 0;
+    if (lane == 0) bar = atomicAdd(&sh.bar[slot], 0u);
+    return __shfl_sync(kFullWarp, bar, 0);
+  }
+
+  // Drops this lane's staged entries under the unit's bar as it stands
+  // (warp-collective): the bar only rises, so such an entry is below K of
+  // the row's keys, in no top K and no tie with the K-th, as if it had never
+  // been kept. A lane touches only its own column, which no lane reads until
+  // the next flush's __syncwarp.
+  template <int R>
+  __device__ __forceinline__ void sift(Lane<R>& st, Shared& sh, int lane) const {
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    const std::uint32_t bar = warp_bar(sh, st.slot, lane);
+    std::uint32_t kept = 0;
+    for (std::uint32_t i = 0; i < st.staged; ++i) {
+      const std::uint64_t entry = sh.staged[warp][i][lane / 4];
+      if (static_cast<std::uint32_t>(entry >> 32) >= bar) sh.staged[warp][kept++][lane / 4] = entry;
+    }
+    st.staged = kept;
+  }
+
   // Copies the warp's staged entries to row t0's area (warp-collective): one
   // claim on the row's count for the warp, then the entries in staging-lane
   // order, coalesced. Entries past the area are counted, not stored (the
@@ -232,11 +265,7 @@ struct BarFilterSink {
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
-    // The bar, by an atomic (the helper raises it by atomics: any value it
-    // had is a valid bar), one lane's for the warp.
-    std::uint32_t bar = 0;
-    if (lane == 0) bar = atomicAdd(&sh.bar[st.slot], 0u);
-    bar = __shfl_sync(kFullWarp, bar, 0);
+    const std::uint32_t bar = warp_bar(sh, st.slot, lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const std::uint32_t k_bits = score_key_fast(score[0][half]);
@@ -246,14 +275,18 @@ struct BarFilterSink {
         ++st.staged;
       }
     }
-    if (__any_sync(kFullWarp, st.staged > kBarLaneSlots - 2)) flush(st, sh, t0, lane);
+    if (__any_sync(kFullWarp, st.staged > kBarLaneSlots - 2)) {
+      sift(st, sh, lane);
+      if (__any_sync(kFullWarp, st.staged > kBarWriteAbove)) flush(st, sh, t0, lane);
+    }
   }
 
-  // Every math thread once a unit: the rest of its warp's entries out, then
-  // its arrival on the slot's barrier (its additions to the slot's bins are
-  // done).
+  // Every math thread once a unit: the rest of its warp's entries at or
+  // above the bar out, then its arrival on the slot's barrier (its additions
+  // to the slot's bins are done).
   template <int R>
   __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
+    sift(st, sh, lane);
     flush(st, sh, t0, lane);
     sm90::barrier_arrive(&sh.done[st.slot]);
   }
