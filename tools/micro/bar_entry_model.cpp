@@ -6,7 +6,12 @@
 // K kept keys at or above it: counted per piece ("own"), or over every
 // piece's counts ("row", the route's exchange through the workspace).
 // The scores are the CPU reference's for one generated row, so the model
-// sees the same distributions as the tests.
+// sees the same distributions as the tests. A second table counts the
+// entries written to the row's area as the kernel stages them: each key to
+// its stager lane's slots (warp and column as the scoring kernel's tile
+// layout gives them), a warp's lanes sifted against the bar when one of
+// them fills, and written when one still holds more than `write_above`
+// (D59, D60); every staged entry at the bar written at the piece's end.
 //
 //   micro_bar_entry_model [N [DIST [K]]]   (N keys, default 131072; DIST a
 //   generator name, default model-like; K default 2048)
@@ -65,6 +70,69 @@ std::int64_t kept_keys(const std::vector<std::uint32_t>& keys, int k, int pieces
   return kept;
 }
 
+// Keys kept and entries written by P pieces in step (the row's counts,
+// bars raised every `lag` tiles), each piece staging its entries as
+// BarFilterSink does: 8 math warps (two warpgroups taking alternate tiles,
+// a warp 16 of a tile's 64 rows), 8 stager lanes a warp (rows j and j + 8
+// of the warp's 16), `slots` entries a lane. write_above = 0: written at
+// every fill with no sift (the route before D59).
+struct Staged {
+  std::int64_t kept = 0;
+  std::int64_t written = 0;
+};
+Staged staged_keys(const std::vector<std::uint32_t>& keys, int k, int pieces, int lag, int slots, int write_above) {
+  constexpr int kWarps = 8, kStagers = 8;
+  const auto n = static_cast<std::int64_t>(keys.size());
+  const std::int64_t piece = n / pieces;
+  std::vector<std::uint64_t> row(kBins, 0);
+  std::uint32_t bar = 0;  // one bar: every piece reads the row's counts
+  // [piece][warp][stager]: the staged entries' bins
+  std::vector<std::vector<std::vector<std::vector<std::uint32_t>>>> lanes(
+      pieces, std::vector<std::vector<std::vector<std::uint32_t>>>(kWarps, std::vector<std::vector<std::uint32_t>>(kStagers)));
+  Staged out;
+  const auto sift = [&](std::vector<std::vector<std::uint32_t>>& warp) {
+    for (auto& lane : warp) lane.erase(std::remove_if(lane.begin(), lane.end(), [&](std::uint32_t b) { return b < bar; }), lane.end());
+  };
+  const auto write = [&](std::vector<std::vector<std::uint32_t>>& warp) {
+    for (auto& lane : warp) {
+      out.written += static_cast<std::int64_t>(lane.size());
+      lane.clear();
+    }
+  };
+  for (std::int64_t t = 0; t * kTileKeys < piece; ++t) {
+    for (int p = 0; p < pieces; ++p) {
+      const std::int64_t begin = p * piece + t * kTileKeys, end = p * piece + std::min((t + 1) * kTileKeys, piece);
+      for (std::int64_t i = begin; i < end; ++i) {
+        const std::uint32_t b = bin_of(keys[i]);
+        if (b < bar) continue;
+        ++out.kept;
+        ++row[b];
+        const auto r = static_cast<int>(i - begin);
+        lanes[p][4 * static_cast<int>(t % 2) + r / 16][r % 8].push_back(b);
+      }
+      for (int w = 4 * static_cast<int>(t % 2); w < 4 * static_cast<int>(t % 2) + 4; ++w) {
+        auto& warp = lanes[p][w];
+        const auto fullest = [&] {
+          std::size_t most = 0;
+          for (const auto& lane : warp) most = std::max(most, lane.size());
+          return static_cast<int>(most);
+        };
+        if (fullest() <= slots - 2) continue;
+        if (write_above > 0) sift(warp);
+        if (write_above == 0 || fullest() > write_above) write(warp);
+      }
+    }
+    if ((t + 1) % lag == 0) bar = bar_bin(row, k, bar);
+  }
+  for (auto& p : lanes) {
+    for (auto& warp : p) {
+      sift(warp);
+      write(warp);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +179,19 @@ int main(int argc, char** argv) {
         const std::int64_t kept = kept_keys(keys, k, pieces, row_counts, lag);
         std::printf("%6d %6s %5d %9lld %8.2f\n", pieces, row_counts ? "row" : "own", lag, static_cast<long long>(kept),
                     100.0 * static_cast<double>(kept) / static_cast<double>(n));
+      }
+    }
+  }
+  std::printf("\nstaged as the kernel stages them (the row's counts; write above 0: no sift)\n");
+  std::printf("%6s %5s %5s %6s %9s %8s %9s %8s\n", "pieces", "lag", "slots", "above", "kept", "% keys", "written",
+              "% keys");
+  for (int pieces : {1, 2, 4}) {
+    for (int lag : {4, 16, 64}) {
+      for (const auto& [slots, above] : {std::pair{64, 0}, {64, 32}, {64, 48}, {96, 48}, {128, 96}}) {
+        const Staged s = staged_keys(keys, k, pieces, lag, slots, above);
+        std::printf("%6d %5d %5d %6d %9lld %8.2f %9lld %8.2f\n", pieces, lag, slots, above,
+                    static_cast<long long>(s.kept), 100.0 * static_cast<double>(s.kept) / static_cast<double>(n),
+                    static_cast<long long>(s.written), 100.0 * static_cast<double>(s.written) / static_cast<double>(n));
       }
     }
   }
