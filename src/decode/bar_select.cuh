@@ -199,6 +199,11 @@ struct BarFilterSink {
     return {slot, 0u};
   }
 
+  // The calling thread's math warp (its rows of `staged`).
+  __device__ __forceinline__ static int math_warp() {
+    return static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+  }
+
   // The slot's bar, by an atomic (the helper raises it by atomics: any
   // value it had is a valid bar), one lane's read for the warp.
   __device__ __forceinline__ static std::uint32_t warp_bar(Shared& sh, std::uint32_t slot, int lane) {
@@ -214,7 +219,7 @@ struct BarFilterSink {
   // the next flush's __syncwarp.
   template <int R>
   __device__ __forceinline__ void sift(Lane<R>& st, Shared& sh, int lane) const {
-    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    const int warp = math_warp();
     const std::uint32_t bar = warp_bar(sh, st.slot, lane);
     std::uint32_t kept = 0;
     for (std::uint32_t i = 0; i < st.staged; ++i) {
@@ -230,7 +235,7 @@ struct BarFilterSink {
   // select stage flags the row).
   template <int R>
   __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
-    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    const int warp = math_warp();
     __syncwarp();  // every lane's staged entries are visible to the warp
     std::uint32_t total = 0;
     const std::uint32_t inclusive = selection::device::warp_count_scan(st.staged, total);
@@ -264,7 +269,7 @@ struct BarFilterSink {
   template <int R>
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
-    const int warp = static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
+    const int warp = math_warp();
     const std::uint32_t bar = warp_bar(sh, st.slot, lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
