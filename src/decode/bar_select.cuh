@@ -19,6 +19,13 @@
 //     the row, each above every key under the bar: a key left out is below
 //     K others and in no top K, whatever the tie rule. The row's kept
 //     entries therefore hold its top K and every key tied with the K-th.
+//     A row whose scores crowd into a few bins (shifted scores, near-ties)
+//     would keep all of its keys under a bin's edge, so once its bar's bin
+//     alone holds K kept entries the row zooms into that bin: its pieces'
+//     math warps count their kept entries there by the next kBarZoomBits
+//     bits too, the helpers add those counts into the row's, and they
+//     raise the bar inside the bin on the same certificate: K kept entries
+//     in the bins above and the sub-bins at or above the bar.
 //   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
 //     claim.
@@ -78,15 +85,40 @@ static_assert(kSelectBins % kBarBinsPerStep == 0, "the walk's steps tile the his
 // The bar's key for histogram bin b: the least score key in the bin.
 __device__ __forceinline__ std::uint32_t bar_key(std::uint32_t bin) { return bin << (32 - kSelectBinBits); }
 
+// Inside a zoomed bin (plan.h, kBarZoomBits): a key's sub-bin (its bits
+// after the bin's), and the least key of sub-bin s of bin b.
+inline constexpr int kBarZoomShift = 32 - kSelectBinBits - kBarZoomBits;
+inline constexpr std::uint32_t kBarNoZoom = 0xffffffffu;  // no bin is kSelectBins or above
+static_assert(kBarZoomBins % kBarBinsPerStep == 0, "the walk's steps tile the zoomed bin's histogram");
+__device__ __forceinline__ std::uint32_t zoom_sub(std::uint32_t key) {
+  return (key >> kBarZoomShift) & (kBarZoomBins - 1);
+}
+__device__ __forceinline__ std::uint32_t zoom_key(std::uint32_t bin, std::uint32_t sub) {
+  return bar_key(bin) | (sub << kBarZoomShift);
+}
+// The slot's bar word, which the math warps compare keys with: the bar (a
+// bin's or a sub-bin's least key, so its low kBarZoomShift bits are 0), or
+// the bar less one when the bar's bin is the row's zoomed bin (bit 0 set).
+// The math warps learn of the zoom with the word they read anyway and test
+// for it only on the keys they keep; a word one under the bar keeps one
+// more key value, which is never wrong (the select stage's floor is the
+// bar itself).
+__device__ __forceinline__ std::uint32_t bar_word(std::uint32_t bar, bool zoomed) { return zoomed ? bar - 1 : bar; }
+__device__ __forceinline__ bool word_zoomed(std::uint32_t word) { return (word & 1u) != 0; }
+static_assert(kBarZoomShift > 0, "bit 0 is below every bar");
+
 // The highest bin b >= floor with at least k counts in bins b and above,
 // or floor when there is none (a warp, converged; every lane gets it;
 // load(i) reads count i; no bin above `highest` has a count). The walk goes
 // down from highest's step and stops at floor's: a bin below floor is never
 // a higher bar. Counts are read as they stand while others add to them: a
 // count read low, or one above a stale `highest`, only lowers the bar.
+// in_bin (nullable): the count read for the bin returned, 0 when that is
+// floor and the walk did not read its count.
 template <class Load>
 __device__ __forceinline__ std::uint32_t bar_bin(Load load, std::uint32_t k, std::uint32_t floor,
-                                                 std::uint32_t highest) {
+                                                 std::uint32_t highest, std::uint32_t* in_bin = nullptr) {
+  if (in_bin != nullptr) *in_bin = 0;
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   std::uint32_t above = 0;  // counts in the bins over the step
   const int first = (static_cast<int>(highest) / kBarBinsPerStep + 1) * kBarBinsPerStep;
@@ -104,18 +136,21 @@ __device__ __forceinline__ std::uint32_t bar_bin(Load load, std::uint32_t k, std
     const std::uint32_t inclusive = selection::device::warp_count_scan(mine, step);  // lanes 0..lane: higher bins
     if (above + step >= k) {
       const int holder = __ffs(__ballot_sync(kFullWarp, above + inclusive >= k)) - 1;
-      std::uint32_t bin = 0;
+      std::uint32_t bin = 0, count = 0;
       if (lane == holder) {
         std::uint32_t sum = above + inclusive - mine;
         bin = static_cast<std::uint32_t>(high);
 #pragma unroll
         for (int i = 0; i < kBarBinsPerLane; ++i) {
           sum += c[i];
+          count = c[i];
           if (sum >= k) break;
           bin = static_cast<std::uint32_t>(high - i - 1);
         }
       }
       bin = __shfl_sync(kFullWarp, bin, holder);
+      count = __shfl_sync(kFullWarp, count, holder);
+      if (in_bin != nullptr && bin >= floor) *in_bin = count;
       return bin > floor ? bin : floor;
     }
     above += step;
@@ -134,10 +169,12 @@ struct Pushed {
 // zeroed one by one: none of the math warps' additions is lost) added into
 // the row's histogram in the workspace (a warp, converged; every lane gets
 // the result).
+// Bins: kSelectBins, or kBarZoomBins for a zoomed bin's sub-bins.
+template <int Bins>
 __device__ __forceinline__ Pushed push_bins(std::uint32_t* bins, std::uint32_t* row_bins, std::uint32_t floor) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   std::uint32_t highest = 0, count = 0;
-  for (int top = kSelectBins; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
+  for (int top = Bins; top > static_cast<int>(floor); top -= kBarBinsPerStep) {
 #pragma unroll
     for (int i = 0; i < kBarBinsPerLane; ++i) {
       const int b = top - 1 - kBarBinsPerLane * lane - i;
@@ -154,6 +191,10 @@ __device__ __forceinline__ Pushed push_bins(std::uint32_t* bins, std::uint32_t* 
 
 struct BarFilterSink {
   static constexpr bool kHelper = true;
+  // The helper's walks (the bins', then the zoomed bin's sub-bins) do not
+  // fit the paged producers' 40 registers; the math warps at one query a
+  // block need far fewer than the 224 this leaves them.
+  static constexpr int kHelperRegs = 48;
   std::uint32_t* count;       // [rows] entries claimed in the row's area (zeroed before the launch)
   std::uint32_t* floor;       // [rows] the highest of the row's pieces' last bars (zeroed likewise)
   std::uint64_t* candidates;  // [rows, capacity] order keys (score key, position)
@@ -163,15 +204,25 @@ struct BarFilterSink {
   std::uint32_t* row_bins;
   std::uint32_t* row_top;     // [rows] (zeroed likewise): the highest bin of row_bins with a count
   std::uint32_t* row_total;   // [rows] (zeroed likewise): row_bins' counts in all
+  // [rows] (zeroed likewise): 1 + the bin the row zoomed into, or 0. Set
+  // once, by the first helper whose bar's bin holds K of the row's kept
+  // entries; every piece of the row then counts its kept entries in that
+  // bin into row_sub as well.
+  std::uint32_t* row_zoom;
+  std::uint32_t* row_sub;      // [rows, kBarZoomBins] (zeroed likewise): those entries by sub-bin
+  std::uint32_t* row_sub_top;  // [rows] (zeroed likewise): the highest sub-bin of row_sub with a count
   std::uint32_t capacity;
   std::uint32_t k;            // K
 
   struct Shared {
-    // Per unit slot: the kept entries' counts by bin, the bar (a kept
+    // Per unit slot: the kept entries' counts by bin, the bar word (a kept
     // entry's key is at or above it; 0 keeps every key) and the barrier
     // every math thread arrives on after its last entry of the unit.
     std::uint32_t bins[scoring::kUnitSlots][kSelectBins];
-    std::uint32_t bar[scoring::kUnitSlots];
+    std::uint32_t bar[scoring::kUnitSlots];  // bar words (bar_word)
+    // Per unit slot: the kept entries in the row's zoomed bin by sub-bin,
+    // once the slot's bar word says the bar is in it.
+    std::uint32_t sub[scoring::kUnitSlots][kBarZoomBins];
     std::uint64_t done[scoring::kUnitSlots];
     // [math warp][entry][staging lane]
     std::uint64_t staged[scoring::kMathWarps][kBarLaneSlots][kBarStagedWidth];
@@ -185,6 +236,10 @@ struct BarFilterSink {
   __device__ void init(Shared& sh) const {
     for (int i = static_cast<int>(threadIdx.x); i < scoring::kUnitSlots * kSelectBins; i += static_cast<int>(blockDim.x)) {
       sh.bins[i / kSelectBins][i % kSelectBins] = 0;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < scoring::kUnitSlots * kBarZoomBins;
+         i += static_cast<int>(blockDim.x)) {
+      sh.sub[i / kBarZoomBins][i % kBarZoomBins] = 0;
     }
     if (threadIdx.x == 0) {
       for (int s = 0; s < scoring::kUnitSlots; ++s) {
@@ -204,23 +259,24 @@ struct BarFilterSink {
     return static_cast<int>(threadIdx.x) / kWarpSize - scoring::kFirstMathWarp;
   }
 
-  // The slot's bar, by an atomic (the helper raises it by atomics: any
-  // value it had is a valid bar), one lane's read for the warp.
+  // The slot's bar word (bar_word), by an atomic (the helper writes it by
+  // atomics: any value it had is at or under a certified bar), one lane's
+  // read for the warp.
   __device__ __forceinline__ static std::uint32_t warp_bar(Shared& sh, std::uint32_t slot, int lane) {
     std::uint32_t bar = 0;
     if (lane == 0) bar = atomicAdd(&sh.bar[slot], 0u);
     return __shfl_sync(kFullWarp, bar, 0);
   }
 
-  // Drops this lane's staged entries under the unit's bar as it stands
-  // (warp-collective): the bar only rises, so such an entry is below K of
-  // the row's keys, in no top K and no tie with the K-th, as if it had never
-  // been kept. A lane touches only its own column, which no lane reads until
-  // the next flush's __syncwarp.
+  // Drops this lane's staged entries under the unit's bar word as it
+  // stands (warp-collective): the word is at or under a certified bar, so
+  // such an entry is below K of the row's keys, in no top K and no tie with
+  // the K-th, as if it had never been kept. A lane touches only its own
+  // column, which no lane reads until the next flush's __syncwarp.
   template <int R>
   __device__ __forceinline__ void sift(Lane<R>& st, Shared& sh, int lane) const {
     const int warp = math_warp();
-    const std::uint32_t bar = warp_bar(sh, st.slot, lane);
+    const std::uint32_t bar = warp_bar(sh, st.slot, lane);  // a word: at or under the bar
     std::uint32_t kept = 0;
     for (std::uint32_t i = 0; i < st.staged; ++i) {
       const std::uint64_t entry = sh.staged[warp][i][lane / 4];
@@ -270,12 +326,16 @@ struct BarFilterSink {
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
     const int warp = math_warp();
-    const std::uint32_t bar = warp_bar(sh, st.slot, lane);
+    const std::uint32_t bar = warp_bar(sh, st.slot, lane);  // a word: at or under the bar
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const std::uint32_t k_bits = score_key_fast(score[0][half]);
       if (valid[0][half] && k_bits >= bar) {
-        atomicAdd(&sh.bins[st.slot][select_bin(k_bits)], 1u);
+        const std::uint32_t bin = select_bin(k_bits);
+        atomicAdd(&sh.bins[st.slot][bin], 1u);
+        // Entries kept in the zoomed bin are counted by sub-bin too (those
+        // kept before the warp saw the flag are not: the counts read low).
+        if (word_zoomed(bar) && bin == select_bin(bar + 1)) atomicAdd(&sh.sub[st.slot][zoom_sub(k_bits)], 1u);
         sh.staged[warp][st.staged][lane / 4] = selection::device::order_key(k_bits, key[half]);
         ++st.staged;
       }
@@ -296,14 +356,27 @@ struct BarFilterSink {
     sm90::barrier_arrive(&sh.done[st.slot]);
   }
 
+  // The row's zoomed bin (the helper warp, converged; every lane gets it),
+  // once the bar's bin alone holds K of the row's kept entries: the one
+  // another piece set, else `bin` (set here, once for the row).
+  __device__ __forceinline__ std::uint32_t find_zoom(std::int64_t t0, std::uint32_t bin, int lane) const {
+    std::uint32_t z = 0;  // 1 + the zoomed bin
+    if (lane == 0) {
+      z = atomicCAS(row_zoom + t0, 0u, bin + 1);
+      if (z == 0) z = bin + 1;
+    }
+    return __shfl_sync(kFullWarp, z, 0) - 1;
+  }
+
   // The helper warp: for each unit (the math warps' order of slots), until
   // every math thread is done with the unit, adds the slot's new counts
-  // into the row's histogram and raises the slot's bar from it; then adds
-  // the last counts, raises the row's floor to the unit's last bar (the K
-  // entries at or above it are in the row's area once the kernel ends:
-  // every math thread flushes before it arrives), zeroes the bins and the
-  // bar for the slot's next unit and releases the slot (unit_empty, every
-  // lane).
+  // into the row's histogram and raises the slot's bar from it (inside the
+  // row's zoomed bin from its sub-bin counts, once the bar is there); then
+  // adds the last counts, raises the row's floor to the unit's last bar
+  // (the K entries at or above it are in the row's area once the kernel
+  // ends: every math thread flushes before it arrives), zeroes the counts
+  // and the bar word for the slot's next unit and releases the slot
+  // (unit_empty, every lane).
   __device__ void help(Shared& sh, scoring::SharedStorage& smem) const {
     const int lane = static_cast<int>(threadIdx.x % kWarpSize);
     // The zero kernel's row histograms and floors. Every CTA with a unit
@@ -315,15 +388,24 @@ struct BarFilterSink {
       sm90::barrier_wait(&smem.unit_full[slot], parity);
       const scoring::Unit unit = smem.unit[slot];
       if (unit.tiles == 0) return;
-      std::uint32_t bin = 0;
+      std::uint32_t* row = row_bins + unit.t0 * kSelectBins;
+      std::uint32_t* subs = row_sub + unit.t0 * kBarZoomBins;
+      // The slot's bar as this warp raised it: a bin's least key, or one of
+      // its sub-bins' in the zoomed bin (select_bin(bar) is the bar's bin
+      // either way), published as its word (bar_word).
+      std::uint32_t bar = 0;
+      std::uint32_t zoom = kBarNoZoom;  // the row's zoomed bin, once seen
+      const auto publish = [&] {
+        if (lane == 0) atomicExch(&sh.bar[slot], bar_word(bar, select_bin(bar) == zoom));
+      };
       for (;;) {
+        const std::uint32_t bin = select_bin(bar);
         // Lane 0 decides for the warp: lanes testing on their own could see
         // the phase complete at different times and part ways.
         std::uint32_t done = 0;
         if (lane == 0) done = cuda::ptx::mbarrier_test_wait_parity(&sh.done[slot], parity) ? 1u : 0u;
         if (__shfl_sync(kFullWarp, done, 0) != 0) break;
-        std::uint32_t* row = row_bins + unit.t0 * kSelectBins;
-        const Pushed pushed = push_bins(sh.bins[slot], row, bin);
+        const Pushed pushed = push_bins<kSelectBins>(sh.bins[slot], row, bin);
         // The row's highest bin and its counts in all (two independent
         // atomics, one latency); no walk while it has fewer than K.
         std::uint32_t highest = 0, total = 0;
@@ -334,20 +416,48 @@ struct BarFilterSink {
         highest = __shfl_sync(kFullWarp, highest, 0);
         total = __shfl_sync(kFullWarp, total, 0);
         if (total >= k) {
-          const std::uint32_t b = bar_bin([&](int i) { return __ldcg(row + i); }, k, bin, highest);
-          if (b > bin) {
-            bin = b;
-            if (lane == 0) atomicMax(&sh.bar[slot], bar_key(bin));
+          std::uint32_t in_bin = 0;
+          const std::uint32_t b = bar_bin([&](int i) { return __ldcg(row + i); }, k, bin, highest, &in_bin);
+          // (Never bin 0: its least key is 0, which has no word under it.)
+          const bool zoom_now = zoom == kBarNoZoom && in_bin >= k && b != 0;
+          if (zoom_now) zoom = find_zoom(unit.t0, b, lane);
+          if (b > bin || zoom_now) {
+            bar = max(bar, bar_key(b));
+            publish();
+          }
+          if (zoom == select_bin(bar)) {
+            // K of the row's entries at or above sub-bin s of the bin: those
+            // in the bins above it (all of them) and those counted in it
+            // since the zoom (some of them); both only ever read low.
+            const Pushed sub = push_bins<kBarZoomBins>(sh.sub[slot], subs, zoom_sub(bar));
+            std::uint32_t sub_top = 0, above = 0;
+            if (lane == 0) sub_top = max(atomicMax(row_sub_top + unit.t0, sub.highest), sub.highest);
+            for (std::uint32_t b2 = zoom + 1 + lane; b2 <= highest; b2 += kWarpSize) above += __ldcg(row + b2);
+            above = __reduce_add_sync(kFullWarp, above);
+            sub_top = __shfl_sync(kFullWarp, sub_top, 0);
+            if (above < k) {
+              const std::uint32_t s =
+                  bar_bin([&](int i) { return __ldcg(subs + i); }, k - above, zoom_sub(bar), sub_top);
+              if (zoom_key(zoom, s) > bar) {
+                bar = zoom_key(zoom, s);
+                publish();
+              }
+            }
           }
         }
         __nanosleep(kBarHelperPauseNs);
       }
-      const Pushed pushed = push_bins(sh.bins[slot], row_bins + unit.t0 * kSelectBins, bin);
+      const Pushed pushed = push_bins<kSelectBins>(sh.bins[slot], row, select_bin(bar));
       if (lane == 0) {  // for the row's other pieces
         atomicMax(row_top + unit.t0, pushed.highest);
         atomicAdd(row_total + unit.t0, pushed.count);
       }
-      if (lane == 0 && bin != 0) atomicMax(floor + unit.t0, bar_key(bin));
+      if (zoom != kBarNoZoom) {
+        const Pushed sub = push_bins<kBarZoomBins>(sh.sub[slot], subs, 0);
+        if (lane == 0) atomicMax(row_sub_top + unit.t0, sub.highest);
+        for (int i = lane; i < kBarZoomBins; i += kWarpSize) sh.sub[slot][i] = 0;
+      }
+      if (lane == 0 && bar != 0) atomicMax(floor + unit.t0, bar);
       for (int i = lane; i < kSelectBins; i += kWarpSize) sh.bins[slot][i] = 0;
       if (lane == 0) sh.bar[slot] = 0;
       sm90::barrier_arrive(&smem.unit_empty[slot]);  // every lane, after its own stores

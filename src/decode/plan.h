@@ -57,11 +57,27 @@ inline constexpr int kSelectStateWords = kSelectBins + kSelectCounters;
 enum StreamCounter : int { kListCount = 0, kKeysDone = 1, kStreamStateWords = 2 };
 inline constexpr int kStreamMaxK = 2048;
 // The bar selection's state, rows words apart: entries claimed, floors,
-// the histograms' highest bins with a count and their counts in all (a
-// word a row each), then the rows' histograms of kept entries (kSelectBins
-// words a row); kBarStateWords words a row in all.
-enum BarState : int { kBarCount = 0, kBarFloor = 1, kBarTop = 2, kBarTotal = 3, kBarBins = 4 };
-inline constexpr int kBarStateWords = kBarBins + kSelectBins;
+// the histograms' highest bins with a count, their counts in all, the bins
+// the rows zoomed into and the highest sub-bins there with a count (a word
+// a row each), then the rows' histograms of kept entries (kSelectBins
+// words a row), then their histograms inside the zoomed bin (kBarZoomBins
+// words a row, at kBarZoomSub * rows); kBarStateWords words a row in all.
+enum BarState : int {
+  kBarCount = 0,
+  kBarFloor = 1,
+  kBarTop = 2,
+  kBarTotal = 3,
+  kBarZoom = 4,
+  kBarZoomTop = 5,
+  kBarBins = 6
+};
+// A row whose bar's bin alone holds K kept entries (scores crowded into a
+// few bins: shifted rows, near-ties) is counted again inside that bin, by
+// the key's next kBarZoomBits bits, so its bar can rise inside the bin.
+inline constexpr int kBarZoomBits = 11;
+inline constexpr int kBarZoomBins = 1 << kBarZoomBits;
+inline constexpr int kBarZoomSub = kBarBins + kSelectBins;
+inline constexpr int kBarStateWords = kBarZoomSub + kBarZoomBins;
 // Keys a CTA of the select kernel filters at most (its part of a row: 16
 // loads a thread, 512 threads), and the most CTAs a row gets: contexts of
 // up to 1M keys select in the fused way.
@@ -128,12 +144,12 @@ struct PagedPlan {
   bool stream_select = false;
   std::int64_t stream_list_capacity = 0;  // entries a row's list holds: its keys at most
   // The same calls (one token a request read as its range, H = 64), any
-  // tie rule, sorted or not, pinned by PagedHooks: the scoring kernel keeps
-  // only the scores at or above a bar its helper warp raises from the
-  // counts of what it kept (BarFilterSink, decode/bar_select.cuh), the
-  // fused prefill operator's select stage takes each row's top K from
-  // them, and rows whose entries outran bar_capacity are repaired by the
-  // unfused pipeline (the scores buffer stays for them).
+  // tie rule, sorted or not: the scoring kernel keeps only the scores at
+  // or above a bar its helper warp raises from the counts of what it kept
+  // (BarFilterSink, decode/bar_select.cuh), the fused prefill operator's
+  // select stage takes each row's top K from them, and rows whose entries
+  // outran bar_capacity are repaired by the unfused pipeline (the scores
+  // buffer stays for them). Pinned by PagedHooks only.
   bool bar_select = false;
   std::int64_t bar_capacity = 0;  // entries a row's area holds
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)

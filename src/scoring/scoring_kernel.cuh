@@ -536,6 +536,18 @@ __device__ __forceinline__ void consume(SharedStorage& smem, typename Sink::Shar
 template <class Sink>
 inline constexpr bool kSinkHasHelper = requires { requires Sink::kHelper; };
 
+// The producer warpgroup's registers: the key source's, or more when the
+// sink's helper warp (which runs in that warpgroup) declares it needs more
+// (`static constexpr int kHelperRegs`); the math warpgroups get the rest.
+template <class Sink, class Keys>
+constexpr int producer_regs() {
+  if constexpr (requires { Sink::kHelperRegs; }) {
+    return Sink::kHelperRegs > Keys::kProducerRegs ? Sink::kHelperRegs : Keys::kProducerRegs;
+  } else {
+    return Keys::kProducerRegs;
+  }
+}
+
 // The sink's shared memory, after SharedStorage.
 template <class Sink>
 __device__ __forceinline__ typename Sink::Shared& sink_storage(SharedStorage& smem) {
@@ -578,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    sm90::setmaxnreg_dec<Keys::kProducerRegs>();
+    sm90::setmaxnreg_dec<producer_regs<Sink, Keys>()>();
     // Producer 0 is thread 0, producer 1 lane 0 of warp kSecondProducerWarp
     // (the scheduler's warp is busy, and lanes of one warp would serialise).
     constexpr int kSecondProducerWarp = 2;
@@ -597,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kSinkHasHelper<Sink>) sink.help(sink_storage<Sink>(smem), smem);
     }
   } else {
-    sm90::setmaxnreg_inc<math_regs(Keys::kProducerRegs)>();
+    sm90::setmaxnreg_inc<math_regs(producer_regs<Sink, Keys>())>();
     // The warpgroup index through a shuffle from lane 0: ptxas then knows it
     // is warp-uniform and keeps the stage ring's index and the products'
     // descriptors in uniform registers, without most of the moves into them

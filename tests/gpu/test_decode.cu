@@ -235,17 +235,24 @@ std::vector<std::int32_t> ragged(int n, std::int32_t lo, std::int32_t hi, std::u
 // indexer_topk_paged(first's shape, options) captured once in a CUDA graph
 // (ranges unchecked, as engines run it), then replayed for each problem in
 // `replays` with its data uploaded into the same buffers: check(problem,
-// result) after each replay (indices, and values).
+// result) after each replay (indices, and values). A pinned route
+// (`hooks`) is captured through the decode launcher instead of the API.
 template <class Check>
 void expect_graph_replays(const PagedProblem& first, const SelectOptions& options,
-                          std::initializer_list<const PagedProblem*> replays, Check check) {
+                          std::initializer_list<const PagedProblem*> replays, Check check,
+                          const decode::PagedHooks& hooks = {}) {
   const int K = options.k;
+  const bool pinned = hooks.route != decode::PagedHooks::Route::kByShape;
   DevicePaged d(first);
   DeviceArray<std::int32_t> indices(static_cast<std::size_t>(first.rows()) * K);
   DeviceArray<float> values(static_cast<std::size_t>(first.rows()) * K);
   const PagedIndexerTopkParams p = d.params(indices.get(), values.get(), options, false);
   std::size_t bytes = 0;
-  ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  if (pinned) {
+    bytes = decode::paged_workspace_size(p, hooks);
+  } else {
+    ASSERT_TRUE(indexer_topk_paged_workspace_size(p, Backend::kCuda, &bytes).ok());
+  }
   DeviceArray<std::uint8_t> ws(std::max<std::size_t>(bytes, 1));
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
@@ -257,7 +264,8 @@ void expect_graph_replays(const PagedProblem& first, const SelectOptions& option
   ctx.check_ranges = false;
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status st = indexer_topk_paged(p, ctx);
+  const Status st =
+      pinned ? decode::launch_indexer_topk_paged(p, stream, ws.get(), bytes, hooks) : indexer_topk_paged(p, ctx);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_TRUE(st.ok()) << st.to_string();
   cudaGraphExec_t exec;
@@ -529,7 +537,8 @@ TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
 TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
-  expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
+  const PagedProblem many_long = problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711);
+  expect_bar_select_valid(many_long, 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
   expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
   expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
@@ -537,12 +546,46 @@ TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
 }
 
 // Small enough for the sanitizers, long enough that each CTA's piece
-// (~1.5K keys) raises its bar at K = 512; ties (an overflowing, repaired row).
+// (~1.5K keys) raises its bar at K = 512; ties (an overflowing, repaired row);
+// shifted scores (a row that zooms into its bin).
 TEST(DecodeGpu, BarSelectSmall) {
   expect_bar_select_valid(
       tools::make_paged_problem(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {200000, 2049}, false, 720)), 512);
   expect_bar_select_valid(
       tools::make_paged_problem(paged_spec(Distribution::kTies, 3, 1, 64, 32, {90000, 3000, 513}, false, 721)), 512);
+  expect_bar_select_valid(
+      tools::make_paged_problem(paged_spec(Distribution::kShifted, 2, 1, 64, 64, {150000, 4000}, false, 722)), 512);
+}
+
+// Rows whose scores crowd into one 12-bit bin (shifted scores: every key
+// within ~0.2 % of the others) zoom into it, so their bars rise inside the
+// bin: exact, and at the route's shapes (a row in one or two CTAs' pieces)
+// no row keeps more entries than its area (a quarter of the row) holds, so
+// none is repaired. Without the zoom every key of such a row stays at or
+// above its bar and every row overflows.
+TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
+  constexpr std::int64_t kRows = 136;
+  const PagedProblem problem =
+      one_token(Distribution::kShifted, kRows, 64, std::vector<std::int32_t>(kRows, 131072), 730);
+  expect_bar_select_valid(problem, 2048);
+  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
+  const DevicePaged d(problem);
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(kRows) * 2048);
+  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, make_options(2048), false);
+  const decode::PagedPlan plan = decode::make_plan(p, bar);
+  ASSERT_TRUE(plan.bar_select);
+  ASSERT_EQ(plan.batches.count(), 1);
+  DeviceArray<std::uint8_t> ws(plan.workspace.total);
+  ASSERT_TRUE(decode::launch_indexer_topk_paged(p, nullptr, ws.get(), plan.workspace.total, bar).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<std::uint8_t> bytes = ws.download();
+  std::vector<std::uint32_t> counts(kRows), flags(kRows);
+  const std::size_t counts_at = plan.workspace.bar_state + decode::kBarCount * kRows * sizeof(std::uint32_t);
+  std::memcpy(counts.data(), bytes.data() + counts_at, kRows * sizeof(std::uint32_t));
+  std::memcpy(flags.data(), bytes.data() + plan.workspace.bar_flags, kRows * sizeof(std::uint32_t));
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    EXPECT_EQ(flags[r], 0u) << "row " << r << " repaired: " << counts[r] << " entries, area " << plan.bar_capacity;
+  }
 }
 
 TEST(DecodeGpu, BarSelectPinnedElsewhereIsRejected) {
@@ -625,6 +668,37 @@ TEST(DecodeGpu, FusedSelectGraphReplay) {
     const tools::IndexerProblem view = tools::contiguous_view(now);
     expect_valid_any(view, got, run_prefill(view, det), K);
   });
+}
+
+// The bar selection under a CUDA graph (pinned; by shape it takes many
+// long rows), replayed with new lengths, queries, weights and keys in the
+// same buffers: its zeroed state, floors and flags (a replay whose row
+// overflows, then one whose rows do not) start fresh on every replay.
+TEST(DecodeGpu, BarSelectGraphReplay) {
+  const int K = 1024;
+  const PagedProblem a =
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 140000}, false, 332));
+  // b: a's keys, other lengths, and a zero query for the last request (a
+  // ties problem's fourth row): all its scores tie, so it keeps every key,
+  // its area overflows and it is repaired.
+  const PagedProblem ties =
+      tools::make_paged_problem(paged_spec(Distribution::kTies, 4, 1, 64, 64, {30000, 2500, 140000, 1}, false, 333));
+  PagedProblem b = a;
+  const std::size_t q_row = b.q.size() / 3;
+  std::copy_n(ties.q.begin() + 3 * q_row, q_row, b.q.begin() + 2 * q_row);
+  b.context_lens = {29000, 2049, 135000};
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
+  expect_graph_replays(
+      a, det, {&a, &b, &a, &b},
+      [&](const PagedProblem& now, const Result& got) {
+        const Result want = run_prefill(tools::contiguous_view(now), det);
+        EXPECT_EQ(got.indices, want.indices);
+        for (std::size_t i = 0; i < want.values.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&got.values[i], &want.values[i], sizeof(float)), 0) << "slot " << i;
+        }
+      },
+      bar);
 }
 
 TEST(DecodeGpu, PagedDeterministicAcrossRunsAndBatches) {

@@ -169,9 +169,17 @@ int main(int argc, char** argv) {
   std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
   const std::uint32_t kth_bin = bin_of(sorted[k - 1]);
   const auto at_edge = std::count_if(keys.begin(), keys.end(), [&](std::uint32_t x) { return bin_of(x) >= kth_bin; });
-  std::printf("%s, N %lld, K %d: keys at or above the K-th key's bin edge %lld (%.2fx K)\n",
+  // The same inside a zoomed bin (decode/plan.h, kBarZoomBits = 11): the
+  // keys at or above the K-th key's sub-bin edge, a floor for a crowded row.
+  constexpr int kZoomShift = 32 - kBinBits - 11;
+  const std::uint32_t kth_sub = sorted[k - 1] >> kZoomShift;
+  const auto at_sub_edge =
+      std::count_if(keys.begin(), keys.end(), [&](std::uint32_t x) { return (x >> kZoomShift) >= kth_sub; });
+  std::printf("%s, N %lld, K %d: keys at or above the K-th key's bin edge %lld (%.2fx K), "
+              "its sub-bin's edge %lld (%.2fx K)\n",
               std::string(tools::to_string(dist)).c_str(), static_cast<long long>(n), k,
-              static_cast<long long>(at_edge), static_cast<double>(at_edge) / k);
+              static_cast<long long>(at_edge), static_cast<double>(at_edge) / k, static_cast<long long>(at_sub_edge),
+              static_cast<double>(at_sub_edge) / k);
   std::printf("%6s %6s %5s %9s %8s\n", "pieces", "counts", "lag", "kept", "% keys");
   for (int pieces : {1, 2, 4, 8, 33, 132}) {
     for (bool row_counts : {false, true}) {
