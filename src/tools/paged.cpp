@@ -82,6 +82,7 @@ void check_spec(const PagedSpec& spec) {
   }
   require(spec.extra_blocks >= 0, "extra_blocks must be >= 0");
   require(spec.table_padding >= 0, "table_padding must be >= 0");
+  require(spec.min_table_blocks >= 0, "min_table_blocks must be >= 0");
 }
 
 }  // namespace
@@ -131,6 +132,7 @@ PagedProblem make_paged_problem(const PagedSpec& spec) {
     blocks[b] = (len + p.block_size - 1) / p.block_size;
     p.max_blocks_per_seq = std::max(p.max_blocks_per_seq, blocks[b]);
   }
+  p.max_blocks_per_seq = std::max(p.max_blocks_per_seq, spec.min_table_blocks);
   p.num_blocks = std::accumulate(blocks.begin(), blocks.end(), spec.extra_blocks);
   require(p.num_blocks <= kMaxIndex, "the cache needs more than INT32_MAX blocks");
   p.block_table_stride = p.max_blocks_per_seq + spec.table_padding;

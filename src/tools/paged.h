@@ -50,6 +50,10 @@ struct PagedSpec {
   bool lens_per_token = false;
   std::int64_t extra_blocks = 3;           // cache blocks no request uses
   std::int64_t table_padding = 3;          // block_table_stride - max_blocks_per_seq
+  // Blocks the table covers a request at least (max_blocks_per_seq; the
+  // entries past a request's own blocks unused): an engine's table sized for
+  // its longest context, whatever the batch's lengths.
+  std::int64_t min_table_blocks = 0;
   std::uint64_t seed = 1;
 };
 

@@ -290,6 +290,34 @@ TEST(PagedGenerator, LayoutAndPoison) {
   }
 }
 
+// A table sized for a longer context than the batch's (min_table_blocks, as
+// an engine sizes it for its longest context): wider, the extra entries
+// unused, the cache and the reference's results unchanged.
+TEST(PagedGenerator, WideTable) {
+  const PagedSpec spec = paged_spec(Distribution::kModelLike, 3, 1, 64, 16, {40, 0, 17}, false, 13);
+  PagedSpec wide = spec;
+  wide.min_table_blocks = 10;
+  const PagedProblem a = tools::make_paged_problem(spec), b = tools::make_paged_problem(wide);
+  EXPECT_EQ(a.max_blocks_per_seq, 3);
+  EXPECT_EQ(b.max_blocks_per_seq, 10);
+  EXPECT_EQ(b.block_table_stride, 10 + wide.table_padding);
+  EXPECT_EQ(b.kv_cache, a.kv_cache);
+  for (std::int64_t r = 0; r < b.B; ++r) {
+    for (std::int64_t i = 0; i < b.block_table_stride; ++i) {
+      const std::int32_t got = b.block_table[r * b.block_table_stride + i];
+      if (i < a.max_blocks_per_seq) {
+        EXPECT_EQ(got, a.block_table[r * a.block_table_stride + i]) << r << ", " << i;
+      } else {
+        EXPECT_TRUE(got < 0 || got >= b.num_blocks) << "unused entry " << i << " holds block " << got;
+      }
+    }
+  }
+  const SelectOptions det = make_options(512, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  EXPECT_EQ(run_paged(b, det, false).indices, run_paged(a, det, false).indices);
+  wide.min_table_blocks = -1;
+  EXPECT_THROW(tools::make_paged_problem(wide), std::invalid_argument);
+}
+
 // The keys in the cache are the ones make_indexer_problem draws for the
 // spec's distribution: request after request, rows b * next_n + j.
 TEST(PagedGenerator, KeysComeFromTheIndexerGenerator) {

@@ -748,6 +748,7 @@ constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
 
 struct DecodeSettings {
   int block_size = 64;
+  std::int64_t table_keys = 0;  // --table-keys: keys the table covers a request (0: each shape's L)
   int heads = 64;
   std::uint64_t seed = 1;
   SelectOptions options;
@@ -845,7 +846,7 @@ void reject_inapplicable(const Args& args, const std::string& op, Backend backen
       throw std::invalid_argument("--" + name + ": --op merge always returns values, sorted");
     }
   }
-  for (const std::string name : {"B", "next-n", "L", "block-size"}) {
+  for (const std::string name : {"B", "next-n", "L", "block-size", "table-keys"}) {
     if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
   }
   for (const std::string name : {"T", "N", "layout", "relative", "baselines"}) {
@@ -911,6 +912,7 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
   DecodeSettings s;
   s.block_size = int_one_of(args, "block-size", 64, kSupportedBlockSizes);
   s.heads = int_one_of(args, "heads", 64, kSupportedHeads);
+  if (args.flag("table-keys")) s.table_keys = int_in(args, "table-keys", 1, 1, kMaxDecodeKeys);
   s.seed = seed_of(args);
   s.options = parse_options(args);
   s.values = args.flag("values");
@@ -984,6 +986,13 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
   spec.H = s.heads;
   spec.block_size = s.block_size;
   spec.context_lens.assign(static_cast<std::size_t>(shape.B), static_cast<std::int32_t>(shape.L));
+  if (s.table_keys > 0) {
+    if (s.table_keys < shape.L) {
+      row.result = "--table-keys " + std::to_string(s.table_keys) + " is shorter than L = " + std::to_string(shape.L);
+      return row;
+    }
+    spec.min_table_blocks = (s.table_keys + s.block_size - 1) / s.block_size;
+  }
   spec.seed = s.seed;
   tools::PagedProblem prob;
   try {

@@ -51,6 +51,9 @@ const OptionSpec kDecodeB{"B", "N", "--op decode: requests"};
 const OptionSpec kDecodeNextN{"next-n", "N", "--op decode: query tokens of each request (1-8)"};
 const OptionSpec kDecodeL{"L", "N", "--op decode: every request's context length"};
 const OptionSpec kDecodeBlockSize{"block-size", "16|32|64|128", "--op decode: cache block size (default 64)"};
+const OptionSpec kDecodeTableKeys{"table-keys", "N",
+                                  "--op decode: keys the block table covers a request, >= L\n"
+                                  "(default L; an engine's table sized for its longest context)"};
 const OptionSpec kMergeP{"P", "N", "--op merge: parts (bench: one value instead of 2, 4, 8)"};
 const OptionSpec kMergeR{"R", "N", "--op merge: rows (bench: one value instead of 64, 4096)"};
 const OptionSpec kMergePartK{"part-k", "N", "--op merge: entries per part and row (default K)"};
@@ -74,7 +77,7 @@ const std::vector<Command>& commands() {
          {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
          {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
          kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
-         kDecodeL, kDecodeBlockSize, kMergeP, kMergeR, kMergePartK},
+         kDecodeL, kDecodeBlockSize, kDecodeTableKeys, kMergeP, kMergeR, kMergePartK},
         {}},
        dsa::cli::run_check},
       {"time operators on a shape grid; prints ms, pairs/s, TFLOP/s",
@@ -109,7 +112,7 @@ const std::vector<Command>& commands() {
          {"T", "N", "with --N: one shape instead of a grid"},
          {"N", "N", "with --T: one shape instead of a grid"},
          kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
-         kDecodeBlockSize, kMergeP, kMergeR, kMergePartK,
+         kDecodeBlockSize, kDecodeTableKeys, kMergeP, kMergeR, kMergePartK,
          {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
          {"json", "FILE", "also write the results as JSON"},
          {"no-verify", "", "skip the exactness check of each timed result"},
