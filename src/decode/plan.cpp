@@ -116,9 +116,7 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
   }
   plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
-  const bool bar_faster = n >= kBarSelectMinKeys && plan.batches.per_batch >= kBarSelectMinRows;
-  plan.bar_select = !plan.fused_select && bar_select_possible(p, plan) &&
-                    (hooks.route == Route::kBarSelect || (hooks.route == Route::kByShape && bar_faster));
+  plan.bar_select = !plan.fused_select && hooks.route == Route::kBarSelect && bar_select_possible(p, plan);
   if (plan.bar_select) {
     // A piece of n keys keeps about K (1 + ln(n / K)) of them (a running
     // bar), more by the bins' width; a quarter of the row leaves room for

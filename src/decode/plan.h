@@ -94,13 +94,6 @@ inline constexpr std::int64_t kSelectClusterParts = 16;
 // were mixed).
 inline constexpr std::int64_t kFusedSelectMinKeys = 65536;
 inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
-// Where the bar selection is faster than the unfused pipeline (A/B on an
-// H100, docs/perf-log.md D52, D59, D60, D65): at least kBarSelectMinRows
-// rows of at least kBarSelectMinKeys keys a batch, so that a row is one or
-// two CTAs' pieces and its bar rises early (128 and 256 x 128K measured
-// 0.95x and 0.93x; 32 x 128K was level, shorter pieces keep more entries).
-inline constexpr std::int64_t kBarSelectMinKeys = 131072;
-inline constexpr std::int64_t kBarSelectMinRows = 128;
 
 // Requests a launch can give the same zero range starts (a constant device
 // array of this many zeros, decode.cu) when the plan reads lengths as ranges.
@@ -156,8 +149,7 @@ struct PagedPlan {
   // (BarFilterSink, decode/bar_select.cuh), the fused prefill operator's
   // select stage takes each row's top K from them, and rows whose entries
   // outran bar_capacity are repaired by the unfused pipeline (the scores
-  // buffer stays for them). Taken by shape for many long rows
-  // (kBarSelectMinRows, kBarSelectMinKeys), or pinned by PagedHooks.
+  // buffer stays for them). Pinned by PagedHooks only.
   bool bar_select = false;
   std::int64_t bar_capacity = 0;  // entries a row's area holds
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
@@ -171,11 +163,10 @@ struct PagedPlan {
 
 // What tools and tests may pin in a plan. The route: by shape (the fused
 // selection where kFusedSelectMinKeys and kFusedSelectMaxCtas say it is
-// faster, the bar selection where kBarSelectMinRows and kBarSelectMinKeys
-// do), or pinned to one route (wherever it can take the call:
-// fused_select_possible, bar_select_possible, ...) or to the unfused
-// pipeline, so one build can time every route at any row and tests can run
-// each at small shapes. kMathOnly is the control, not a route: the unfused
+// faster), or pinned to the fused selection (wherever the select kernel
+// can take the call: fused_select_possible) or to the unfused pipeline, so
+// one build can time both routes at any row and tests can run the fused
+// one at small shapes. kMathOnly is the control, not a route: the unfused
 // plan's scoring launches with every score folded into a checksum
 // (scoring::ChecksumSink), no score stored, no top-k, the outputs not
 // written; the operator's time less its time is what the selection and

@@ -539,10 +539,6 @@ TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
   const PagedProblem many_long = problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711);
   expect_bar_select_valid(many_long, 2048);
-  // The shape the operator routes to the bar selection by itself (positions;
-  // physical slots take the unfused route).
-  ASSERT_TRUE(decode::make_plan(many_long.params(nullptr, nullptr, make_options(2048), false)).bar_select);
-  expect_problem_matches_prefill(many_long, 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
   expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
   expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
