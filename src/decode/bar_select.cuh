@@ -452,10 +452,9 @@ struct BarFilterSink {
         atomicMax(row_top + unit.t0, pushed.highest);
         atomicAdd(row_total + unit.t0, pushed.count);
       }
-      if (zoom != kBarNoZoom) {
+      if (zoom != kBarNoZoom) {  // every sub-bin taken (and so zeroed) for the slot's next unit
         const Pushed sub = push_bins<kBarZoomBins>(sh.sub[slot], subs, 0);
         if (lane == 0) atomicMax(row_sub_top + unit.t0, sub.highest);
-        for (int i = lane; i < kBarZoomBins; i += kWarpSize) sh.sub[slot][i] = 0;
       }
       if (lane == 0 && bar != 0) atomicMax(floor + unit.t0, bar);
       for (int i = lane; i < kSelectBins; i += kWarpSize) sh.bins[slot][i] = 0;

@@ -532,13 +532,12 @@ TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
 }
 
 // Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), large
-// batches of long rows (the route's shapes), a 1M context over every CTA
+// batches of long rows (where it is faster), a 1M context over every CTA
 // (its pieces' entries outrun the area: repaired), NaN and Inf.
 TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
-  const PagedProblem many_long = problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711);
-  expect_bar_select_valid(many_long, 2048);
+  expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
   expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
   expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
@@ -559,7 +558,7 @@ TEST(DecodeGpu, BarSelectSmall) {
 
 // Rows whose scores crowd into one 12-bit bin (shifted scores: every key
 // within ~0.2 % of the others) zoom into it, so their bars rise inside the
-// bin: exact, and at the route's shapes (a row in one or two CTAs' pieces)
+// bin: exact, and where the route is faster (a row in one or two CTAs' pieces)
 // no row keeps more entries than its area (a quarter of the row) holds, so
 // none is repaired. Without the zoom every key of such a row stays at or
 // above its bar and every row overflows.
@@ -670,8 +669,8 @@ TEST(DecodeGpu, FusedSelectGraphReplay) {
   });
 }
 
-// The bar selection under a CUDA graph (pinned; by shape it takes many
-// long rows), replayed with new lengths, queries, weights and keys in the
+// The bar selection under a CUDA graph (pinned, its only route), replayed
+// with new lengths, queries, weights and keys in the
 // same buffers: its zeroed state, floors and flags (a replay whose row
 // overflows, then one whose rows do not) start fresh on every replay.
 TEST(DecodeGpu, BarSelectGraphReplay) {
