@@ -198,6 +198,24 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
   const std::int64_t r = blockIdx.x / a.parts;
   const auto part = static_cast<std::int32_t>(blockIdx.x % a.parts);
   const int K = a.k;
+  // The row's range: the call's lengths, which no kernel of the call
+  // writes, or the prepare kernel's, complete before the zero kernel (an
+  // ordinary launch after it) starts, and so before this one; read while
+  // the scoring kernel runs.
+  const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
+  const std::int32_t len = range.end - range.begin;
+  // Part p filters positions [p, p + 1) x kSelectPartKeys of the row's
+  // range. a.parts covers the longest context the table holds; a row
+  // shorter than that leaves its later parts without a key, and those exit
+  // at once: they load no score and no histogram, claim nothing and are not
+  // counted. Part 0 always takes part (it selects the bin's slots in a
+  // cluster); `taking` counts it and the parts holding keys.
+  const std::int32_t lo = part * static_cast<std::int32_t>(kSelectPartKeys);
+  const bool holds = lo < range.end && lo + static_cast<std::int32_t>(kSelectPartKeys) > range.begin;
+  const std::int32_t first_part = range.begin / static_cast<std::int32_t>(kSelectPartKeys);
+  const std::int32_t taking =
+      len > 0 ? (range.end - 1) / static_cast<std::int32_t>(kSelectPartKeys) - first_part + 1 + (first_part > 0 ? 1 : 0)
+              : 1;
   // Rank 0's counter and barrier are set before any rank claims: the
   // cluster barrier is arrived at here and waited for before the claim.
   if constexpr (Cluster) {
@@ -205,45 +223,47 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
       claims = 0;
       taken = 0;
       tied = 0;
-      sm90::barrier_init(&claimed_all, static_cast<std::uint32_t>(a.parts));
+      sm90::barrier_init(&claimed_all, static_cast<std::uint32_t>(taking));
       sm90::barrier_init_fence();
     }
     cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);  // every thread
   }
-  // While the scoring kernel runs: the row's range and the pages this CTA
-  // writes or reads, translated before the writes and loads wait on them.
-  // The range is the call's lengths, which no kernel of the call writes,
-  // or the prepare kernel's: that one is complete before the zero kernel,
-  // an ordinary launch after it, starts, and so before this one.
-  const RowRange range = row_range(a.ks, a.ke, nullptr, r, a.num_keys);
+  if (len > K && !holds && part != 0) {
+    // A cluster's rank passes both phases of the cluster barrier, as every
+    // rank must; it touches no other rank's shared memory.
+    if constexpr (Cluster) {
+      cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+      cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+    }
+    return;  // the same for every thread of the CTA
+  }
+  // While the scoring kernel runs: the pages this CTA writes or reads,
+  // translated before the writes and loads wait on them.
   if (threadIdx.x < 4) {
     const void* p = threadIdx.x == 0   ? static_cast<const void*>(a.indices + r * K)
                     : threadIdx.x == 1 ? static_cast<const void*>(a.candidates + r * a.capacity)
-                    : threadIdx.x == 2 ? static_cast<const void*>(a.scores + r * a.stride + part * kSelectPartKeys)
+                    : threadIdx.x == 2 ? static_cast<const void*>(a.scores + r * a.stride + lo)
                     : static_cast<const void*>(a.values != nullptr ? a.values + r * K : nullptr);
     if (p != nullptr) sm90::prefetch_l2_line(p);
   }
   // The scores and the histogram are the scoring kernel's, launched before.
   sm90::wait_for_prerequisite_grids();
   const float* row = a.scores + r * a.stride;
-  // Part p filters positions [p, p + 1) x kSelectPartKeys of the row's range:
-  // its scores are loaded at once, before the range and the histogram are
-  // known (positions past num_keys, the buffer row's end, are not read).
-  const std::int32_t lo = part * static_cast<std::int32_t>(kSelectPartKeys);
+  // The part's scores inside the range, loaded at once, before the
+  // histogram is known.
   float score[kPerThread];
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const std::int32_t i = lo + u * kSelectThreads + static_cast<std::int32_t>(threadIdx.x);
-    score[u] = i < a.num_keys ? __ldcg(row + i) : 0.0f;
+    score[u] = i >= range.begin && i < range.end ? __ldcg(row + i) : 0.0f;
   }
-  // The histogram's counts too, before the range is known.
+  // The histogram's counts too.
   std::uint32_t* state = a.state + r * kSelectStateWords;
   std::uint32_t* counters = state + kSelectBins;
   constexpr int kBinsPerThread = kSelectBins / kSelectThreads;
   std::uint32_t count[kBinsPerThread];
 #pragma unroll
   for (int j = 0; j < kBinsPerThread; ++j) count[j] = __ldcg(state + j * kSelectThreads + threadIdx.x);
-  const std::int32_t len = range.end - range.begin;
   std::int32_t* out = a.indices + r * K;
   float* vals = a.values != nullptr ? a.values + r * K : nullptr;
   if (len <= K) {  // every position, then -1: part p writes its share of the slots
@@ -374,7 +394,7 @@ __global__ void __launch_bounds__(kSelectThreads) paged_select_kernel(const Sele
     __syncthreads();
     if (threadIdx.x == 0) {
       cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(counters[kDoneCounter]);
-      last = done.fetch_add(1u, cuda::memory_order_acq_rel) == static_cast<std::uint32_t>(a.parts - 1) ? 1u : 0u;
+      last = done.fetch_add(1u, cuda::memory_order_acq_rel) == static_cast<std::uint32_t>(taking - 1) ? 1u : 0u;
       taken = 0;
       tied = 0;
     }

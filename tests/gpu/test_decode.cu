@@ -139,7 +139,9 @@ Result run_prefill(const tools::IndexerProblem& c, const SelectOptions& options)
 std::string describe(const PagedSpec& s, int K) {
   return std::string(tools::to_string(s.dist)) + " B=" + std::to_string(s.B) + " next_n=" + std::to_string(s.next_n) +
          " H=" + std::to_string(s.H) + " bs=" + std::to_string(s.block_size) +
-         (s.lens_per_token ? " per-token" : "") + " K=" + std::to_string(K) + " seed=" + std::to_string(s.seed);
+         (s.lens_per_token ? " per-token" : "") +
+         (s.min_table_blocks > 0 ? " table=" + std::to_string(s.min_table_blocks) + " blocks" : "") +
+         " K=" + std::to_string(K) + " seed=" + std::to_string(s.seed);
 }
 
 // An any-tie result against the deterministic one (`want`, sorted, values):
@@ -631,6 +633,38 @@ TEST(DecodeGpu, FusedSelectManyRowsAndLongContext) {
   expect_matches_prefill(paged_spec(Distribution::kTies, 14, 1, 64, 64, lens, false, 311), 1024);
   expect_matches_prefill(paged_spec(Distribution::kModelLike, 2, 1, 64, 64, {1048576, 300000}, false, 312), 2048);
   expect_matches_prefill(paged_spec(Distribution::kDeadRelu, 1, 1, 64, 64, {1048576}, false, 313), 2048);
+}
+
+// Short rows under an engine's wide table: the select kernel's parts are
+// sized by the table (16 parts, one cluster a row, at 128K keys; 20
+// independent parts at 160K), so most of a short row's parts hold no key
+// and exit at once, uncounted. Any distribution; rows around K, of one part,
+// of a part and a key, and one as long as the table. The first problem is
+// the route the plan takes by shape; the second is pinned (320 CTAs).
+TEST(DecodeGpu, FusedSelectShortRowsUnderAWideTable) {
+  const int K = 2048;
+  const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  std::uint64_t seed = 340;
+  for (Distribution dist : tools::all_distributions()) {
+    PagedSpec wide = paged_spec(dist, 6, 1, 64, 64, {4096, 16384, 2049, 8192, 8193, 131072}, false, seed++);
+    wide.min_table_blocks = 131072 / 64;
+    SCOPED_TRACE(describe(wide, K));
+    const PagedProblem p = tools::make_paged_problem(wide);
+    const DevicePaged d(p);
+    ASSERT_TRUE(decode::make_plan(d.params(nullptr, nullptr, make_options(K), false)).fused_select);
+    const tools::IndexerProblem view = tools::contiguous_view(p);
+    expect_valid_any(view, run_paged(d, make_options(K), false, true), run_prefill(view, det), K);
+  }
+  PagedSpec wider = paged_spec(Distribution::kModelLike, 16, 1, 64, 16, ragged(16, 0, 30000, seed), false, seed);
+  wider.min_table_blocks = 163840 / 16;
+  SCOPED_TRACE(describe(wider, K));
+  const PagedProblem p = tools::make_paged_problem(wider);
+  const DevicePaged d(p);
+  const tools::IndexerProblem view = tools::contiguous_view(p);
+  Status st;
+  const Result any = run_paged_pinned(d, make_options(K), decode::PagedHooks{decode::PagedHooks::Route::kFusedSelect}, &st);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_valid_any(view, any, run_prefill(view, det), K);
 }
 
 // NaN and Inf scores (planted key scales) rank as the contract says on the
