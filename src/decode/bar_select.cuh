@@ -26,12 +26,22 @@
 //     bits too, the helpers add those counts into the row's, and they
 //     raise the bar inside the bin on the same certificate: K kept entries
 //     in the bins above and the sub-bins at or above the bar.
+//   * A row of fewer than stored_below keys stores its scores instead, as
+//     the unfused route does (its pieces' math warps through StoreSink; its
+//     helper only waits out its units), and the select stage flags it 2:
+//     the standalone top-k selects it, its scores are not read again. A
+//     short row keeps most of its keys before any bar rises (a piece of n
+//     keys keeps about K (1 + ln(n / K))), so entries of twice a score's
+//     bytes and a select stage over them cost more than the scores and the
+//     top-k. The plan sees only the table's width, never the lengths, so
+//     only a choice made here, row by row, lets the route run long rows and
+//     short ones each its faster way (docs/perf-log.md D66, D69).
 //   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
-//     claim.
+//     claim (not a stored row's histograms: nothing counts into them).
 //   * The select stage is the fused prefill operator's (fused/select_kernel
 //     .cuh): per row, the top K of its entries, any option (ties, sorted,
-//     values). A row whose entries outran its area is flagged there and
+//     values). A row whose entries outran its area is flagged there (1) and
 //     repaired by the unfused pipeline (its scores, the standalone top-k).
 // Why: at large batches the unfused pipeline's score stores cost the
 // scoring kernel ~7 % and its top-k another ~4 % over the math-only control
@@ -54,6 +64,7 @@
 #include "decode/plan.h"
 #include "decode/select.cuh"
 #include "scoring/config.h"
+#include "scoring/scoring_kernel.cuh"
 #include "selection/device/candidates.cuh"
 #include "selection/device/radix.cuh"
 
@@ -213,6 +224,10 @@ struct BarFilterSink {
   std::uint32_t* row_sub_top;  // [rows] (zeroed likewise): the highest sub-bin of row_sub with a count
   std::uint32_t capacity;
   std::uint32_t k;            // K
+  // Rows of fewer keys store their scores here (the unfused route's
+  // buffer) instead of keeping entries.
+  std::int32_t stored_below;
+  scoring::StoreSink store;
 
   struct Shared {
     // Per unit slot: the kept entries' counts by bin, the bar word (a kept
@@ -231,6 +246,7 @@ struct BarFilterSink {
   struct Lane {
     std::uint32_t slot;    // the unit's slot
     std::uint32_t staged;  // this lane's entries staged
+    bool stores;           // the unit's row stores its scores (stored_below)
   };
 
   __device__ void init(Shared& sh) const {
@@ -248,10 +264,14 @@ struct BarFilterSink {
       }
     }
   }
+  // The row's length from lane 0, which holds the row's range (lanes
+  // past the block's one query hold an empty one): the same choice for
+  // the whole warp.
   template <int R>
-  __device__ Lane<R> begin(std::uint32_t slot, std::int64_t, int, const RowRange (&)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t slot, std::int64_t, int, const RowRange (&rows)[R], int) const {
     static_assert(R == 1, "one query a block: a unit is a piece of one row");
-    return {slot, 0u};
+    const std::int32_t len = __shfl_sync(kFullWarp, rows[0].end - rows[0].begin, 0);
+    return {slot, 0u, len < stored_below};
   }
 
   // The calling thread's math warp (its rows of `staged`).
@@ -325,6 +345,12 @@ struct BarFilterSink {
   template <int R>
   __device__ __forceinline__ void put(Lane<R>& st, Shared& sh, std::int64_t t0, int lane, const std::int32_t (&key)[2],
                                       const float (&score)[R][2], const bool (&valid)[R][2]) const {
+    if (st.stores) {  // the same for the whole warp
+      scoring::StoreSink::Lane<R> none;
+      scoring::StoreSink::Shared unused;
+      store.put(none, unused, t0, lane, key, score, valid);
+      return;
+    }
     const int warp = math_warp();
     const std::uint32_t bar = warp_bar(sh, st.slot, lane);  // a word: at or under the bar
 #pragma unroll
@@ -351,8 +377,10 @@ struct BarFilterSink {
   // to the slot's bins are done).
   template <int R>
   __device__ void finish(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
-    sift(st, sh, lane);
-    flush(st, sh, t0, lane);
+    if (!st.stores) {
+      sift(st, sh, lane);
+      flush(st, sh, t0, lane);
+    }
     sm90::barrier_arrive(&sh.done[st.slot]);
   }
 
@@ -388,6 +416,14 @@ struct BarFilterSink {
       sm90::barrier_wait(&smem.unit_full[slot], parity);
       const scoring::Unit unit = smem.unit[slot];
       if (unit.tiles == 0) return;
+      // A row that stores its scores counts nothing and has no bar: the
+      // slot is released once its math threads are done with it.
+      const RowRange range = smem.rows[slot][0];
+      if (range.end - range.begin < stored_below) {
+        sm90::barrier_wait(&sh.done[slot], parity);
+        sm90::barrier_arrive(&smem.unit_empty[slot]);
+        continue;
+      }
       std::uint32_t* row = row_bins + unit.t0 * kSelectBins;
       std::uint32_t* subs = row_sub + unit.t0 * kBarZoomBins;
       // The slot's bar as this warp raised it: a bin's least key, or one of
@@ -468,11 +504,26 @@ struct BarFilterSink {
 // before the scoring kernel, which is launched programmatically and starts
 // at once.
 inline constexpr int kBarZeroThreads = 256;
-__global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(std::uint32_t* words, std::int64_t n) {
+struct BarZeroArgs {
+  std::uint32_t* state;  // [kBarStateWords * rows]
+  std::int64_t rows;
+  const std::int32_t* ks;  // the batch's ranges, as the scoring kernel reads them
+  const std::int32_t* ke;
+  std::int64_t num_keys;
+  std::int32_t stored_below;
+};
+__global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(const BarZeroArgs a) {
   sm90::allow_dependent_launch();
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; i < n;
+  const std::int64_t words = kBarStateWords * a.rows;
+  const std::int64_t bins = kBarBins * a.rows, subs = kBarZoomSub * a.rows;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; i < words;
        i += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
-    words[i] = 0;
+    if (i >= bins) {  // a row's histogram word: left as it is when the row stores its scores
+      const std::int64_t row = i < subs ? (i - bins) / kSelectBins : (i - subs) / kBarZoomBins;
+      const RowRange r = row_range(a.ks, a.ke, nullptr, row, a.num_keys);
+      if (r.end - r.begin < a.stored_below) continue;
+    }
+    a.state[i] = 0;
   }
 }
 

@@ -315,7 +315,7 @@ Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   return Status::Ok();
 }
 
-// row_mask: rows with 0 score nothing (null: every row).
+// row_mask: rows with bit 0 clear score nothing (null: every row).
 template <int kHeads, class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
                             const scoring::PagedKeys& keys, const std::uint32_t* row_mask) {
@@ -362,8 +362,10 @@ Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, co
 // The bar selection of a batch (bar_select.cuh): the rows' state zeroed,
 // the scoring kernel with BarFilterSink (launched programmatically: it
 // waits for the zeros before its first claim), the fused prefill
-// operator's select stage over each row's entries, then the rows it
-// flagged repaired by the unfused pipeline (the others score nothing there).
+// operator's select stage over each row's entries, then the unfused
+// pipeline over the rows it flagged: those flagged 1 (areas outrun) are
+// scored again and selected, those flagged 2 (short rows, whose scores the
+// scoring kernel stored) only selected, the others left as they are.
 Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
                          const scoring::PagedKeys& keys, void* workspace, float* scores, std::int32_t* indices,
                          float* values, CUstream_st* stream) {
@@ -375,8 +377,9 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   auto* candidates = workspace_piece<std::uint64_t>(workspace, w.bar_candidates);
   const std::int64_t words = kBarStateWords * rows;
   constexpr std::int64_t kMaxZeroBlocks = 1024;  // the rest by the grid's stride
+  const auto stored_below = static_cast<std::int32_t>(plan.bar_stored_below);
   bar_zero_kernel<<<static_cast<unsigned>(std::min((words + kBarZeroThreads - 1) / kBarZeroThreads, kMaxZeroBlocks)),
-                    kBarZeroThreads, 0, stream>>>(state, words);
+                    kBarZeroThreads, 0, stream>>>(BarZeroArgs{state, rows, in.ks, in.ke, in.num_keys, stored_below});
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
@@ -390,7 +393,9 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                            state + kBarZoomSub * rows,
                            state + kBarZoomTop * rows,
                            capacity,
-                           static_cast<std::uint32_t>(p.options.k)};
+                           static_cast<std::uint32_t>(p.options.k),
+                           stored_below,
+                           scoring::StoreSink{scores, plan.score_stride}};
   Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                                 /*programmatic=*/true);
   if (!st.ok()) return st;
@@ -408,7 +413,8 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                          p.options.sorted,
                          flags,
                          nullptr,
-                         state + kBarFloor * rows};
+                         state + kBarFloor * rows,
+                         stored_below};
   int device = 0;
   DeviceLimits limits;
   st = LaunchCache::get().current(&device, &limits);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 
 #include "common/workspace.h"
 #include "decode/decode.h"
@@ -118,6 +119,8 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
   plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
   plan.bar_select = !plan.fused_select && hooks.route == Route::kBarSelect && bar_select_possible(p, plan);
   if (plan.bar_select) {
+    const std::int64_t stored_below = hooks.bar_stored_below >= 0 ? hooks.bar_stored_below : kBarStoredBelowKeys;
+    plan.bar_stored_below = std::min<std::int64_t>(stored_below, std::numeric_limits<std::int32_t>::max());
     // A piece of n keys keeps about K (1 + ln(n / K)) of them (a running
     // bar), more by the bins' width; a quarter of the row leaves room for
     // a row in a few pieces (docs/perf-log.md D51).

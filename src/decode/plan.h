@@ -94,6 +94,12 @@ inline constexpr std::int64_t kSelectClusterParts = 16;
 // were mixed).
 inline constexpr std::int64_t kFusedSelectMinKeys = 65536;
 inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
+// The bar selection's rows of fewer keys store their scores for the
+// standalone top-k instead of keeping entries (PagedPlan::bar_stored_below):
+// a row that short keeps most of its keys before any bar rises, and under
+// an engine's wide table such rows ran 1.05-1.37x the unfused route
+// (docs/perf-log.md D66); at 64K keys the bar was already 0.98x of it.
+inline constexpr std::int64_t kBarStoredBelowKeys = 65536;
 
 // Requests a launch can give the same zero range starts (a constant device
 // array of this many zeros, decode.cu) when the plan reads lengths as ranges.
@@ -149,9 +155,15 @@ struct PagedPlan {
   // (BarFilterSink, decode/bar_select.cuh), the fused prefill operator's
   // select stage takes each row's top K from them, and rows whose entries
   // outran bar_capacity are repaired by the unfused pipeline (the scores
-  // buffer stays for them). Pinned by PagedHooks only.
+  // buffer stays for them, and for the rows of fewer than bar_stored_below
+  // keys, which store their scores there for the standalone top-k). Pinned
+  // by PagedHooks only: with short rows storing, a batch of them still pays
+  // the route's extra launches (~14 us at 256 x 8K, 1.12x the unfused
+  // route; docs/perf-log.md D69), more than its long rows' gain is worth to
+  // a rule that sees only the table's width.
   bool bar_select = false;
   std::int64_t bar_capacity = 0;  // entries a row's area holds
+  std::int64_t bar_stored_below = 0;  // kBarStoredBelowKeys, or PagedHooks::bar_stored_below
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)
   std::int64_t map_items_per_request = 0;  // the map kernel's threads a request: next_n x K
@@ -173,6 +185,10 @@ struct PagedPlan {
 // the scores' round trip expose (a fused selection can win at most that).
 struct PagedHooks {
   enum class Route { kByShape, kFusedSelect, kUnfused, kMathOnly, kStreamSelect, kBarSelect } route = Route::kByShape;
+  // The bar selection's rows of fewer keys store their scores (-1:
+  // kBarStoredBelowKeys; 0: none does, so tests and tools can run the
+  // bar on short rows).
+  std::int64_t bar_stored_below = -1;
 };
 
 // Whether the fused selection can take a call of these params: one token a

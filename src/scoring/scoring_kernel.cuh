@@ -30,7 +30,7 @@ struct ScoresArgs {
   const float* w;                 // [T, H]
   const std::int32_t* ks;         // [T]
   const std::int32_t* ke;         // [T]
-  const std::uint32_t* row_mask;  // [T] or null: rows with 0 score nothing
+  const std::uint32_t* row_mask;  // [T] or null: rows with bit 0 clear score nothing (row_range)
   std::int64_t num_queries;       // T
   std::int64_t num_keys;          // N
 };

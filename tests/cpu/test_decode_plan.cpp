@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "decode/decode.h"
@@ -350,6 +351,21 @@ TEST(DecodePlan, BarSelectPinned) {
   PagedIndexerTopkParams slots = shape(4, 1, 64, 2048);
   slots.physical_slots = true;
   EXPECT_FALSE(make_plan(slots, bar).bar_select);
+}
+
+// The bar selection's short rows store their scores: below
+// kBarStoredBelowKeys keys, or below the hooks' count when they set one (0:
+// no row stores), clamped to the lengths' int32 range; 0 off the route.
+TEST(DecodePlan, BarSelectStoresShortRows) {
+  static_assert(kBarStoredBelowKeys == 65536);
+  const PagedHooks bar{PagedHooks::Route::kBarSelect};
+  EXPECT_EQ(make_plan(shape(4, 1, 64, 2048), bar).bar_stored_below, kBarStoredBelowKeys);
+  EXPECT_EQ(make_plan(shape(4, 1, 64, 2048), PagedHooks{PagedHooks::Route::kBarSelect, 0}).bar_stored_below, 0);
+  EXPECT_EQ(make_plan(shape(4, 1, 64, 2048), PagedHooks{PagedHooks::Route::kBarSelect, 5000}).bar_stored_below, 5000);
+  EXPECT_EQ(make_plan(shape(4, 1, 64, 2048), PagedHooks{PagedHooks::Route::kBarSelect, std::int64_t{1} << 40})
+                .bar_stored_below,
+            std::numeric_limits<std::int32_t>::max());
+  EXPECT_EQ(make_plan(shape(256, 1, 64, 2048)).bar_stored_below, 0);  // by shape: not the bar route
 }
 
 TEST(DecodePlan, NoRowsPlanNothing) {

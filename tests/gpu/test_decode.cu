@@ -504,24 +504,30 @@ TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
 // operator's bit for bit (NaN scores are reported as -inf, as the fused
 // prefill route reports them, so problems with NaN compare any-tie only),
 // and any-tie unsorted ones are a valid top K.
+// Both ways of the route's short rows: storing their scores for the
+// standalone top-k (the plan's threshold) and keeping entries under a bar
+// like the long ones (bar_stored_below = 0).
 void expect_bar_select_valid(const PagedProblem& p, int K, bool bit_exact = true) {
-  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
   const DevicePaged d(p);
   const tools::IndexerProblem view = tools::contiguous_view(p);
   const SelectOptions det = make_options(K, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
   const Result want = run_prefill(view, det);
-  Status st;
-  if (bit_exact) {
-    const Result got = run_paged_pinned(d, det, bar, &st);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_EQ(got.indices, want.indices);
-    for (std::size_t i = 0; i < want.values.size(); ++i) {
-      ASSERT_EQ(std::memcmp(&got.values[i], &want.values[i], sizeof(float)), 0) << "slot " << i;
+  for (std::int64_t stored_below : {std::int64_t{-1}, std::int64_t{0}}) {
+    SCOPED_TRACE("bar_stored_below " + std::to_string(stored_below));
+    const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect, stored_below};
+    Status st;
+    if (bit_exact) {
+      const Result got = run_paged_pinned(d, det, bar, &st);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(got.indices, want.indices);
+      for (std::size_t i = 0; i < want.values.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got.values[i], &want.values[i], sizeof(float)), 0) << "slot " << i;
+      }
     }
+    const Result any = run_paged_pinned(d, make_options(K), bar, &st);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    expect_valid_any(view, any, want, K);
   }
-  const Result any = run_paged_pinned(d, make_options(K), bar, &st);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  expect_valid_any(view, any, want, K);
 }
 
 // Every distribution (ties and dead ReLU keep a whole row under one bar:
@@ -540,6 +546,10 @@ TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
   expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
+  // Short and long rows in one batch: those under kBarStoredBelowKeys keys
+  // store their scores, the others keep entries (and, with the threshold at
+  // 0, every row keeps entries).
+  expect_bar_select_valid(problem(Distribution::kModelLike, 136, 64, ragged(136, 0, 131072, 716), 716), 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
   expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
   expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
@@ -662,7 +672,8 @@ TEST(DecodeGpu, FusedSelectShortRowsUnderAWideTable) {
   const DevicePaged d(p);
   const tools::IndexerProblem view = tools::contiguous_view(p);
   Status st;
-  const Result any = run_paged_pinned(d, make_options(K), decode::PagedHooks{decode::PagedHooks::Route::kFusedSelect}, &st);
+  const decode::PagedHooks fused{decode::PagedHooks::Route::kFusedSelect};
+  const Result any = run_paged_pinned(d, make_options(K), fused, &st);
   ASSERT_TRUE(st.ok()) << st.to_string();
   expect_valid_any(view, any, run_prefill(view, det), K);
 }
@@ -703,19 +714,21 @@ TEST(DecodeGpu, FusedSelectGraphReplay) {
   });
 }
 
-// The bar selection under a CUDA graph (pinned, its only route), replayed
-// with new lengths, queries, weights and keys in the
-// same buffers: its zeroed state, floors and flags (a replay whose row
-// overflows, then one whose rows do not) start fresh on every replay.
+// The bar selection under a CUDA graph (pinned), replayed with new lengths,
+// queries, weights and keys in the same buffers: its zeroed state, floors
+// and flags (a replay whose row overflows, then one whose rows do not; a
+// row that keeps entries, then stores its scores, then keeps entries again)
+// start fresh on every replay.
 TEST(DecodeGpu, BarSelectGraphReplay) {
   const int K = 1024;
   const PagedProblem a =
-      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {30000, 2500, 140000}, false, 332));
-  // b: a's keys, other lengths, and a zero query for the last request (a
-  // ties problem's fourth row): all its scores tie, so it keeps every key,
-  // its area overflows and it is repaired.
+      tools::make_paged_problem(paged_spec(Distribution::kModelLike, 3, 1, 64, 64, {90000, 2500, 140000}, false, 332));
+  // b: a's keys, other lengths (the first row short enough to store its
+  // scores, where a's kept entries), and a zero query for the last request
+  // (a ties problem's fourth row): all its scores tie, so it keeps every
+  // key, its area overflows and it is repaired.
   const PagedProblem ties =
-      tools::make_paged_problem(paged_spec(Distribution::kTies, 4, 1, 64, 64, {30000, 2500, 140000, 1}, false, 333));
+      tools::make_paged_problem(paged_spec(Distribution::kTies, 4, 1, 64, 64, {90000, 2500, 140000, 1}, false, 333));
   PagedProblem b = a;
   const std::size_t q_row = b.q.size() / 3;
   std::copy_n(ties.q.begin() + 3 * q_row, q_row, b.q.begin() + 2 * q_row);

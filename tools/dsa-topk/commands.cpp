@@ -772,6 +772,7 @@ struct DecodeRow {
   double unfused_ms = 0, fused_ms = 0, math_ms = 0, stream_ms = 0, bar_ms = 0;
   double bar_entries = 0;  // the bar selection's entries over the keys (PagedComparison)
   std::int64_t bar_repaired = 0;
+  std::int64_t bar_stored = 0;
 
   // What a call reads: every request's ceil(L / bs) blocks of bs cached
   // keys, then q and w.
@@ -1033,6 +1034,7 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
       row.bar_ms = median(cmp.bar_ms);
       row.bar_entries = cmp.bar_entry_fraction;
       row.bar_repaired = cmp.bar_repaired;
+      row.bar_stored = cmp.bar_stored;
       outs.emplace_back(kDecodeBarSelect, &cmp.bar);
     }
     row.result = judge_decode(prob, row, s, outs);
@@ -1059,7 +1061,7 @@ constexpr const char* kDecodeColumns =
     "{:<14} {:<5} {:>5} {:>6} {:>8} {:>4} {:>5} {:>9} {:>8} {:>6} {:>8} {:>8} {:<5} {:>8} {:>6} {:<12} ";
 // With the pinned routes and the control timed beside the operator: their ms
 // and theirs / the operator's, then the control's ms and what it leaves.
-constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>6} {:>5} {:>9} {:>8} ";
+constexpr const char* kDecodeRouteColumns = "{:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>6} {:>5} {:>5} {:>9} {:>8} ";
 
 void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* ceilings) {
   fmt::print("\ndecode = indexer_topk_paged: B requests x next_n query tokens, each request L keys in cache blocks of "
@@ -1087,15 +1089,16 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
                "operator's\n"
                "bsel ms: the bar selection pinned (one-token rows of 64 heads: the scoring kernel keeps only the "
                "scores at or\nabove a bar raised from its own counts, the fused prefill select stage takes the top "
-               "K); xbsel = its ms / the operator's; bent % = the entries it kept, % of the keys; brep = rows it "
-               "repaired\n");
+               "K); xbsel = its ms / the operator's; bent % = the entries it kept, % of the keys of the rows that "
+               "kept\nentries; brep = rows it repaired; bsto = rows that stored their scores for the standalone top-k "
+               "(shorter than\nthe route's threshold)\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
              "bound", "tgt ms", "xtgt", "route");
   if (routes) {
     fmt::print(kDecodeRouteColumns, "unf ms", "xunf", "fsel ms", "xfsel", "ssel ms", "xssel", "bsel ms", "xbsel",
-               "bent %", "brep", "math ms", "sel ms");
+               "bent %", "brep", "bsto", "math ms", "sel ms");
   }
   fmt::print(" result\n");
   for (const DecodeRow& r : rows) {
@@ -1112,7 +1115,8 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
                  cell(timed && r.fused_ms > 0, r.fused_ms / r.ms, 2), cell(r.stream_ms > 0, r.stream_ms, 3),
                  cell(timed && r.stream_ms > 0, r.stream_ms / r.ms, 2), cell(r.bar_ms > 0, r.bar_ms, 3),
                  cell(timed && r.bar_ms > 0, r.bar_ms / r.ms, 2), cell(r.bar_ms > 0, 100 * r.bar_entries, 1),
-                 cell(r.bar_ms > 0, static_cast<double>(r.bar_repaired), 0), cell(r.math_ms > 0, r.math_ms, 3),
+                 cell(r.bar_ms > 0, static_cast<double>(r.bar_repaired), 0),
+                 cell(r.bar_ms > 0, static_cast<double>(r.bar_stored), 0), cell(r.math_ms > 0, r.math_ms, 3),
                  cell(timed && r.math_ms > 0, r.ms - r.math_ms, 4));
     }
     fmt::print(" {}\n", r.result);
@@ -1135,7 +1139,7 @@ nlohmann::json decode_json(const std::vector<DecodeRow>& rows, const GpuCeilings
                    {"unfused_ms", r.unfused_ms}, {"fused_select_ms", r.fused_ms},
                    {"math_only_ms", r.math_ms},  {"stream_select_ms", r.stream_ms},
                    {"bar_select_ms", r.bar_ms}, {"bar_entry_fraction", r.bar_entries},
-                   {"bar_repaired_rows", r.bar_repaired},
+                   {"bar_repaired_rows", r.bar_repaired}, {"bar_stored_rows", r.bar_stored},
                    {"target_ms", b.target_ms},
                    {"result", r.result}});
   }

@@ -43,9 +43,11 @@ struct PagedComparison {
   bool stream_possible = false;  // decode::stream_select_possible: stream and stream_ms were timed
   bool bar_possible = false;     // decode::bar_select_possible: bar and bar_ms were timed
   // The bar selection's last call, its last batch of rows: the entries its
-  // scoring kernel kept (over the rows' keys) and the rows it repaired.
+  // scoring kernel kept (over the keys of the rows that kept entries), the
+  // rows it repaired and the rows that stored their scores instead.
   double bar_entry_fraction = 0;
   std::int64_t bar_repaired = 0;
+  std::int64_t bar_stored = 0;
 };
 Status compare_paged_on_device(const tools::PagedProblem& prob, const SelectOptions& options, bool want_values,
                                int reps, PagedComparison* out);
