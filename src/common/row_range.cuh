@@ -2,10 +2,7 @@
 // [0, num_keys), so unvalidated ranges (ExecutionContext::check_ranges =
 // false) can never address memory outside the inputs and outputs; such a
 // row gets an unspecified in-bounds result (dsa_topk.h). A row whose
-// row_mask entry has bit 0 clear gets an empty range: the repairs rescore
-// only the rows flagged 1 (the fused operator's, the decode bar
-// selection's), and the bar selection's rows flagged 2 (scores already
-// stored) go to the top-k alone, which skips only rows whose entry is 0.
+// row_mask entry has bit 0 clear gets an empty range (RowFlag).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +12,21 @@ namespace dsa {
 struct RowRange {
   std::int32_t begin = 0, end = 0;
 };
+
+// What a select stage flags a row for, as the repairs' row masks hold it:
+// rows flagged kRowRescore (the fused operator's and the decode bar
+// selection's overflowed rows) are scored again, so row_range gives every
+// other row an empty range; rows flagged kRowStored (the bar selection's
+// short rows, whose scores are already stored) go to the standalone top-k
+// alone, which skips only rows flagged kRowDone.
+enum RowFlag : std::uint32_t { kRowDone = 0, kRowRescore = 1, kRowStored = 2 };
+static_assert((kRowRescore & 1u) != 0 && (kRowStored & 1u) == 0, "row_range tests bit 0");
+
+// Whether a row of the decode bar selection stores its scores instead of
+// keeping entries: fewer keys than stored_below (PagedPlan::bar_stored_below).
+__host__ __device__ __forceinline__ bool row_stores_scores(const RowRange& r, std::int32_t stored_below) {
+  return r.end - r.begin < stored_below;
+}
 
 __device__ __forceinline__ RowRange row_range(const std::int32_t* __restrict__ ks, const std::int32_t* __restrict__ ke,
                                               const std::uint32_t* __restrict__ row_mask, std::int64_t t,

@@ -28,7 +28,8 @@
 //     in the bins above and the sub-bins at or above the bar.
 //   * A row of fewer than stored_below keys stores its scores instead, as
 //     the unfused route does (its pieces' math warps through StoreSink; its
-//     helper only waits out its units), and the select stage flags it 2:
+//     helper only waits out its units), and the select stage flags it
+//     kRowStored (common/row_range.cuh):
 //     the standalone top-k selects it, its scores are not read again. A
 //     short row keeps most of its keys before any bar rises (a piece of n
 //     keys keeps about K (1 + ln(n / K))), so entries of twice a score's
@@ -41,7 +42,7 @@
 //     claim (not a stored row's histograms: nothing counts into them).
 //   * The select stage is the fused prefill operator's (fused/select_kernel
 //     .cuh): per row, the top K of its entries, any option (ties, sorted,
-//     values). A row whose entries outran its area is flagged there (1) and
+//     values). A row whose entries outran its area is flagged kRowRescore and
 //     repaired by the unfused pipeline (its scores, the standalone top-k).
 // Why: at large batches the unfused pipeline's score stores cost the
 // scoring kernel ~7 % and its top-k another ~4 % over the math-only control
@@ -270,8 +271,8 @@ struct BarFilterSink {
   template <int R>
   __device__ Lane<R> begin(std::uint32_t slot, std::int64_t, int, const RowRange (&rows)[R], int) const {
     static_assert(R == 1, "one query a block: a unit is a piece of one row");
-    const std::int32_t len = __shfl_sync(kFullWarp, rows[0].end - rows[0].begin, 0);
-    return {slot, 0u, len < stored_below};
+    const bool stores = __shfl_sync(kFullWarp, row_stores_scores(rows[0], stored_below) ? 1 : 0, 0) != 0;
+    return {slot, 0u, stores};
   }
 
   // The calling thread's math warp (its rows of `staged`).
@@ -418,8 +419,7 @@ struct BarFilterSink {
       if (unit.tiles == 0) return;
       // A row that stores its scores counts nothing and has no bar: the
       // slot is released once its math threads are done with it.
-      const RowRange range = smem.rows[slot][0];
-      if (range.end - range.begin < stored_below) {
+      if (row_stores_scores(smem.rows[slot][0], stored_below)) {
         sm90::barrier_wait(&sh.done[slot], parity);
         sm90::barrier_arrive(&smem.unit_empty[slot]);
         continue;
@@ -520,8 +520,7 @@ __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(const BarZero
        i += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
     if (i >= bins) {  // a row's histogram word: left as it is when the row stores its scores
       const std::int64_t row = i < subs ? (i - bins) / kSelectBins : (i - subs) / kBarZoomBins;
-      const RowRange r = row_range(a.ks, a.ke, nullptr, row, a.num_keys);
-      if (r.end - r.begin < a.stored_below) continue;
+      if (row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below)) continue;
     }
     a.state[i] = 0;
   }

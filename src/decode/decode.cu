@@ -363,9 +363,10 @@ Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, co
 // the scoring kernel with BarFilterSink (launched programmatically: it
 // waits for the zeros before its first claim), the fused prefill
 // operator's select stage over each row's entries, then the unfused
-// pipeline over the rows it flagged: those flagged 1 (areas outrun) are
-// scored again and selected, those flagged 2 (short rows, whose scores the
-// scoring kernel stored) only selected, the others left as they are.
+// pipeline over the rows it flagged (RowFlag): those flagged kRowRescore
+// (areas outrun) are scored again and selected, those flagged kRowStored
+// (short rows, whose scores the scoring kernel stored) only selected, the
+// others left as they are.
 Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
                          const scoring::PagedKeys& keys, void* workspace, float* scores, std::int32_t* indices,
                          float* values, CUstream_st* stream) {

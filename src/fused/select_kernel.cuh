@@ -68,7 +68,7 @@ struct SelectArgs {
   bool relative_indices;
   bool smallest_index_ties;
   bool sorted;
-  std::uint32_t* flags;               // [T] out: 1 = repair this row, 2 = its scores are stored (stored_below)
+  std::uint32_t* flags;               // [T] out: RowFlag (common/row_range.cuh)
   FusedRowTrace* trace;               // [T] or null
   // [T] or null: a row's entries with a key below floor[t] are passed over.
   // A floor above 0 must have K of the row's entries at or above it (the
@@ -77,7 +77,8 @@ struct SelectArgs {
   const std::uint32_t* floor = nullptr;
   // Rows of fewer keys than this stored their scores instead of entries
   // (the decode bar selection's short rows: decode/bar_select.cuh): they
-  // are flagged 2, for the standalone top-k alone, and not selected here.
+  // are flagged kRowStored, for the standalone top-k alone, and not
+  // selected here.
   std::int32_t stored_below = 0;
 };
 
@@ -89,15 +90,15 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   const std::int64_t t = blockIdx.x;
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
-  if (static_cast<std::int64_t>(len) < a.stored_below) {  // the same for every thread
-    if (threadIdx.x == 0) a.flags[t] = 2u;  // (no trace: the prefill operator stores no row)
+  if (row_stores_scores(r, a.stored_below)) {  // the same for every thread
+    if (threadIdx.x == 0) a.flags[t] = kRowStored;  // (no trace: the prefill operator stores no row)
     return;
   }
   const std::uint32_t c = a.count[t];
   const std::uint32_t unstaged = a.unstaged != nullptr ? a.unstaged[t] : 0u;
   const bool certified = fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
   if (threadIdx.x == 0) {
-    a.flags[t] = certified ? 0u : 1u;
+    a.flags[t] = certified ? kRowDone : kRowRescore;
     if (a.trace != nullptr) {
       a.trace[t].path = certified ? FusedPath::kCertified : FusedPath::kRepaired;
       a.trace[t].count = c + unstaged;

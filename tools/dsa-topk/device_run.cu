@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "common/row_range.cuh"
 #include "decode/decode.h"
 #include "fused/fused.h"
 #include "fused/plan.h"
@@ -213,9 +214,9 @@ auto pinned_paged_call(const PagedIndexerTopkParams& p, const Workspace& ws, con
 
 // The bar selection's state after its last call (decode/plan.h,
 // PagedWorkspace): its last batch's entry counts over the keys of the rows
-// that kept entries, its repaired rows (flag 1) and the rows that stored
-// their scores (flag 2). One token a request (the route's calls): row b's
-// keys are context_lens[b].
+// that kept entries, its repaired rows (kRowRescore) and the rows that
+// stored their scores (kRowStored). One token a request (the route's
+// calls): row b's keys are context_lens[b].
 Status read_bar_state(const tools::PagedProblem& prob, const PagedIndexerTopkParams& p, const Workspace& ws,
                       PagedComparison* out) {
   const decode::PagedPlan plan = decode::make_plan(p, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect});
@@ -235,9 +236,9 @@ Status read_bar_state(const tools::PagedProblem& prob, const PagedIndexerTopkPar
   if (!st.ok()) return st;
   double entries = 0, keys = 0;
   for (std::size_t r = 0; r < rows; ++r) {
-    out->bar_repaired += flags[r] == 1 ? 1 : 0;
-    out->bar_stored += flags[r] == 2 ? 1 : 0;
-    if (flags[r] == 2) continue;  // its count is the zero kernel's
+    out->bar_repaired += flags[r] == kRowRescore ? 1 : 0;
+    out->bar_stored += flags[r] == kRowStored ? 1 : 0;
+    if (flags[r] == kRowStored) continue;  // its count is the zero kernel's
     entries += counts[r];
     keys += static_cast<double>(
         std::min<std::int64_t>(prob.context_lens[static_cast<std::size_t>(last.first) + r], p.max_context()));
