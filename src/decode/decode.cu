@@ -315,14 +315,23 @@ Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   return Status::Ok();
 }
 
-// row_mask: rows with bit 0 clear score nothing (null: every row).
+// row_mask: rows with bit 0 clear score nothing (null: every row); a mask
+// is the kernel ahead's output, so the launch is programmatic after it (the
+// scoring kernel waits for it before reading the mask).
 template <int kHeads, class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
                             const scoring::PagedKeys& keys, const std::uint32_t* row_mask) {
+  const bool programmatic = row_mask != nullptr;
   switch (columns) {
-    case 64: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, row_mask, sink, stream, keys);
-    case 128: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, row_mask, sink, stream, keys);
-    default: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, row_mask, sink, stream, keys);
+    case 64:
+      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, row_mask, sink, stream, keys,
+                                                                          programmatic);
+    case 128:
+      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, row_mask, sink, stream, keys,
+                                                                           programmatic);
+    default:
+      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, row_mask, sink, stream, keys,
+                                                                           programmatic);
   }
 }
 
@@ -415,7 +424,8 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                          flags,
                          nullptr,
                          state + kBarFloor * rows,
-                         stored_below};
+                         stored_below,
+                         /*after_producer=*/true};
   int device = 0;
   DeviceLimits limits;
   st = LaunchCache::get().current(&device, &limits);

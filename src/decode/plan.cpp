@@ -117,7 +117,9 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
   }
   plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
-  plan.bar_select = !plan.fused_select && hooks.route == Route::kBarSelect && bar_select_possible(p, plan);
+  const bool bar_faster = n >= kBarSelectMinKeys && plan.batches.per_batch >= kBarSelectMinRows;
+  plan.bar_select = !plan.fused_select && bar_select_possible(p, plan) &&
+                    (hooks.route == Route::kBarSelect || (hooks.route == Route::kByShape && bar_faster));
   if (plan.bar_select) {
     const std::int64_t stored_below = hooks.bar_stored_below >= 0 ? hooks.bar_stored_below : kBarStoredBelowKeys;
     plan.bar_stored_below = std::min<std::int64_t>(stored_below, std::numeric_limits<std::int32_t>::max());

@@ -100,6 +100,16 @@ inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
 // an engine's wide table such rows ran 1.05-1.37x the unfused route
 // (docs/perf-log.md D66); at 64K keys the bar was already 0.98x of it.
 inline constexpr std::int64_t kBarStoredBelowKeys = 65536;
+// Where the bar selection is faster than the unfused pipeline (A/B on an
+// H100, docs/perf-log.md D59, D60, D65, D69, D70): at least
+// kBarSelectMinRows rows a batch and a table of at least kBarSelectMinKeys
+// keys a request, so that a long row is one or two CTAs' pieces and its bar
+// rises early (128 and 256 x 128K measured 0.95x and 0.93x; 32 x 128K was
+// level). The table's width is not the rows' lengths: rows shorter than
+// kBarStoredBelowKeys store their scores instead, so a table wider than the
+// batch's contexts costs the route's fixed launches, not a slower selection.
+inline constexpr std::int64_t kBarSelectMinKeys = 131072;
+inline constexpr std::int64_t kBarSelectMinRows = 128;
 
 // Requests a launch can give the same zero range starts (a constant device
 // array of this many zeros, decode.cu) when the plan reads lengths as ranges.
@@ -156,11 +166,11 @@ struct PagedPlan {
   // select stage takes each row's top K from them, and rows whose entries
   // outran bar_capacity are repaired by the unfused pipeline (the scores
   // buffer stays for them, and for the rows of fewer than bar_stored_below
-  // keys, which store their scores there for the standalone top-k). Pinned
-  // by PagedHooks only: with short rows storing, a batch of them still pays
-  // the route's extra launches (~14 us at 256 x 8K, 1.12x the unfused
-  // route; docs/perf-log.md D69), more than its long rows' gain is worth to
-  // a rule that sees only the table's width.
+  // keys, which store their scores there for the standalone top-k). Taken
+  // by shape for many rows under a wide table (kBarSelectMinRows,
+  // kBarSelectMinKeys), or pinned by PagedHooks. Its select stage and the
+  // repair's scoring are launched programmatically, so a batch of short
+  // rows pays little over the unfused route for the launches it adds.
   bool bar_select = false;
   std::int64_t bar_capacity = 0;  // entries a row's area holds
   std::int64_t bar_stored_below = 0;  // kBarStoredBelowKeys, or PagedHooks::bar_stored_below
@@ -175,7 +185,8 @@ struct PagedPlan {
 
 // What tools and tests may pin in a plan. The route: by shape (the fused
 // selection where kFusedSelectMinKeys and kFusedSelectMaxCtas say it is
-// faster), or pinned to the fused selection (wherever the select kernel
+// faster, the bar selection where kBarSelectMinRows and kBarSelectMinKeys
+// do), or pinned to the fused selection (wherever the select kernel
 // can take the call: fused_select_possible) or to the unfused pipeline, so
 // one build can time both routes at any row and tests can run the fused
 // one at small shapes. kMathOnly is the control, not a route: the unfused

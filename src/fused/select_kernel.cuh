@@ -14,6 +14,7 @@
 #include "common/keys.h"
 #include "common/launch_cache.h"
 #include "common/row_range.cuh"
+#include "common/sm90/grid_dependency.cuh"
 #include "common/warp.h"
 #include "fused/config.h"
 #include "fused/trace.h"
@@ -80,6 +81,12 @@ struct SelectArgs {
   // are flagged kRowStored, for the standalone top-k alone, and not
   // selected here.
   std::int32_t stored_below = 0;
+  // Launched programmatically after the kernel that writes count,
+  // candidates and floor (the decode bar selection's scoring kernel): its
+  // launch latency hides behind that kernel's end. Every CTA waits for that
+  // kernel first, stored rows' too, so this grid never ends before it (the
+  // kernels launched programmatically after this one read its writes).
+  bool after_producer = false;
 };
 
 template <int K, int Threads>
@@ -88,6 +95,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
+  sm90::wait_for_prerequisite_grids();  // after_producer (a no-op otherwise)
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
   if (row_stores_scores(r, a.stored_below)) {  // the same for every thread
@@ -207,8 +215,15 @@ Status launch_select_kernel(const SelectArgs& args, unsigned rows, int device, C
   auto kernel = select_kernel<K, Threads>;
   const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device, kSmem);
   if (!st.ok()) return st;
-  kernel<<<rows, Threads, kSmem, stream>>>(args);
-  const cudaError_t err = cudaGetLastError();
+  cudaLaunchAttribute attr = sm90::programmatic_serialization();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(rows);
+  cfg.blockDim = dim3(Threads);
+  cfg.dynamicSmemBytes = kSmem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = args.after_producer ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args);
   return err == cudaSuccess ? Status::Ok() : cuda_status(err, std::string(what) + ": select kernel launch");
 }
 

@@ -111,9 +111,9 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                     plan.fused_select ? batch_rows * static_cast<std::size_t>(plan.select_capacity) * 8 : 0,
                     0,  // the streaming selection's counters (pinned only)
                     0,  // and lists
-                    0,  // the bar selection's state (pinned only)
-                    0,  // flags
-                    0,  // and candidates
+                    plan.bar_select ? batch_rows * kBarStateWords * 4 : 0,  // the bar selection's state
+                    plan.bar_select ? batch_rows * 4 : 0,                   // flags
+                    plan.bar_select ? batch_rows * static_cast<std::size_t>(plan.bar_capacity) * 8 : 0,  // candidates
                 };
                 const std::size_t offsets[] = {w.ks,           w.ke,          w.w,         w.scores,
                                                w.indices,      w.values,      w.select_state, w.candidates,
@@ -315,14 +315,47 @@ TEST(DecodePlan, StreamSelectPinned) {
   EXPECT_FALSE(make_plan(slots, stream).stream_select);
 }
 
-// The bar selection, pinned only: one-token requests of 64 heads reading
-// their lengths as ranges, any tie rule, sorted or not, positions; its
-// state (three words a row), flags and candidate areas (a quarter of the
-// context, at least 16K entries, at most the context) after the scores
-// buffer, which stays for the repair.
+// The bar selection by shape: one-token requests of 64 heads reading their
+// lengths as ranges, positions, at least kBarSelectMinRows rows a batch
+// under a table of at least kBarSelectMinKeys keys, any tie rule, sorted
+// or not.
+TEST(DecodePlan, BarSelectByShape) {
+  static_assert(kBarSelectMinKeys == 131072 && kBarSelectMinRows == 128);
+  for (std::int64_t rows : {128, 256, 4096}) {
+    for (std::int64_t blocks : {2048, 16384}) {
+      PagedIndexerTopkParams p = shape(rows, 1, 64, blocks);
+      EXPECT_TRUE(make_plan(p).bar_select) << rows << " x " << blocks;
+      p.options.ties = TieBreak::kSmallestIndex;
+      p.options.sorted = true;
+      EXPECT_TRUE(make_plan(p).bar_select) << rows << " x " << blocks;
+    }
+  }
+  EXPECT_FALSE(make_plan(shape(127, 1, 64, 2048)).bar_select);   // too few rows
+  EXPECT_FALSE(make_plan(shape(256, 1, 64, 2047)).bar_select);   // a narrower table
+  EXPECT_FALSE(make_plan(shape(4097, 1, 64, 2048)).bar_select);  // past the zero starts: ranges prepared
+  EXPECT_FALSE(make_plan(shape(256, 2, 64, 2048)).bar_select);   // two tokens a request
+  EXPECT_FALSE(make_plan(shape(256, 1, 32, 2048)).bar_select);   // H = 32
+  PagedIndexerTopkParams slots = shape(256, 1, 64, 2048);
+  slots.physical_slots = true;
+  EXPECT_FALSE(make_plan(slots).bar_select);
+  // Rows past the scores buffer run in batches: the rule counts a batch's.
+  const PagedPlan long_rows = make_plan(shape(200, 1, 64, 16384));
+  EXPECT_EQ(long_rows.batches.per_batch, 128);
+  EXPECT_TRUE(long_rows.bar_select);
+  EXPECT_EQ(long_rows.bar_stored_below, kBarStoredBelowKeys);
+  EXPECT_FALSE(make_plan(shape(256, 1, 64, 2048), PagedHooks{PagedHooks::Route::kUnfused}).bar_select);
+}
+
+// The bar selection, pinned: one-token requests of 64 heads reading their
+// lengths as ranges, any tie rule, sorted or not, positions, at any rows
+// and table width; its state (kBarStateWords a row), flags and candidate
+// areas (a quarter of the context, at least 16K entries, at most the
+// context) after the scores buffer, which stays for the repair and the
+// stored rows.
 TEST(DecodePlan, BarSelectPinned) {
   const PagedHooks bar{PagedHooks::Route::kBarSelect};
-  EXPECT_FALSE(make_plan(shape(256, 1, 64, 2048)).bar_select);
+  EXPECT_FALSE(make_plan(shape(32, 1, 64, 2048)).bar_select);
+  EXPECT_TRUE(make_plan(shape(32, 1, 64, 2048), bar).bar_select);
   for (std::int64_t blocks : {1, 32, 2048, 16384}) {
     for (bool det : {false, true}) {
       PagedIndexerTopkParams p = shape(256, 1, 64, blocks);
@@ -354,8 +387,9 @@ TEST(DecodePlan, BarSelectPinned) {
 }
 
 // The bar selection's short rows store their scores: below
-// kBarStoredBelowKeys keys, or below the hooks' count when they set one (0:
-// no row stores), clamped to the lengths' int32 range; 0 off the route.
+// kBarStoredBelowKeys keys (by shape too), or below the hooks' count when
+// they set one (0: no row stores), clamped to the lengths' int32 range; 0
+// off the route.
 TEST(DecodePlan, BarSelectStoresShortRows) {
   static_assert(kBarStoredBelowKeys == 65536);
   const PagedHooks bar{PagedHooks::Route::kBarSelect};
@@ -365,7 +399,7 @@ TEST(DecodePlan, BarSelectStoresShortRows) {
   EXPECT_EQ(make_plan(shape(4, 1, 64, 2048), PagedHooks{PagedHooks::Route::kBarSelect, std::int64_t{1} << 40})
                 .bar_stored_below,
             std::numeric_limits<std::int32_t>::max());
-  EXPECT_EQ(make_plan(shape(256, 1, 64, 2048)).bar_stored_below, 0);  // by shape: not the bar route
+  EXPECT_EQ(make_plan(shape(32, 1, 64, 2048)).bar_stored_below, 0);  // by shape: not the bar route
 }
 
 TEST(DecodePlan, NoRowsPlanNothing) {

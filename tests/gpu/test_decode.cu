@@ -545,11 +545,23 @@ TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
 TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
-  expect_bar_select_valid(problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711), 2048);
+  const PagedProblem many_long = problem(Distribution::kModelLike, 140, 64, ragged(140, 100000, 140000, 711), 711);
+  expect_bar_select_valid(many_long, 2048);
+  // The shape the operator routes to the bar selection by itself (positions;
+  // physical slots take the unfused route).
+  ASSERT_TRUE(decode::make_plan(many_long.params(nullptr, nullptr, make_options(2048), false)).bar_select);
+  expect_problem_matches_prefill(many_long, 2048);
   // Short and long rows in one batch: those under kBarStoredBelowKeys keys
   // store their scores, the others keep entries (and, with the threshold at
-  // 0, every row keeps entries).
-  expect_bar_select_valid(problem(Distribution::kModelLike, 136, 64, ragged(136, 0, 131072, 716), 716), 2048);
+  // 0, every row keeps entries); by shape too (a 128K table over them).
+  std::vector<std::int32_t> lens = ragged(136, 0, 131072, 716);
+  lens[0] = 131072;
+  const PagedProblem mixed = problem(Distribution::kModelLike, 136, 64, lens, 716);
+  expect_bar_select_valid(mixed, 2048);
+  const decode::PagedPlan plan = decode::make_plan(mixed.params(nullptr, nullptr, make_options(2048), false));
+  ASSERT_TRUE(plan.bar_select);
+  ASSERT_EQ(plan.bar_stored_below, decode::kBarStoredBelowKeys);
+  expect_problem_matches_prefill(mixed, 2048);
   expect_bar_select_valid(problem(Distribution::kShifted, 136, 64, ragged(136, 60000, 131072, 712), 712), 1024);
   expect_bar_select_valid(problem(Distribution::kModelLike, 2, 64, {1048576, 300000}, 713), 2048);
   expect_bar_select_valid(problem(Distribution::kDeadRelu, 1, 64, {1048576}, 714), 1024);
