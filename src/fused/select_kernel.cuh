@@ -95,6 +95,10 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
+  // Every CTA is resident once all have passed this: the kernel after it
+  // (the decode repair's scoring, launched programmatically) may take the
+  // SMs they leave and wait there for this grid's end.
+  sm90::allow_dependent_launch();
   sm90::wait_for_prerequisite_grids();  // after_producer (a no-op otherwise)
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
