@@ -13,12 +13,12 @@ struct RowRange {
   std::int32_t begin = 0, end = 0;
 };
 
-// What a select stage flags a row for, as the repairs' row masks hold it:
-// rows flagged kRowRescore (the fused operator's and the decode bar
-// selection's overflowed rows) are scored again, so row_range gives every
-// other row an empty range; rows flagged kRowStored (the bar selection's
-// short rows, whose scores are already stored) go to the standalone top-k
-// alone, which skips only rows flagged kRowDone.
+// What a select stage flags a row for, as the repair's row mask holds it:
+// rows flagged kRowRescore (the fused operator's rows whose certificate
+// failed) are scored again, so row_range gives every other row an empty
+// range, and the standalone top-k skips rows flagged kRowDone. kRowStored
+// marks the decode bar selection's short rows, selected from the scores
+// they stored (a count for tools: that route repairs nothing).
 enum RowFlag : std::uint32_t { kRowDone = 0, kRowRescore = 1, kRowStored = 2 };
 static_assert((kRowRescore & 1u) != 0 && (kRowStored & 1u) == 0, "row_range tests bit 0");
 

@@ -8,7 +8,8 @@
 //     stages them per lane. When a lane's slots fill, the warp's lanes drop
 //     the entries the bar has passed since, and the warp copies the rest to
 //     the row's candidate area in the workspace (one claim on the row's
-//     count) if a lane still holds many; all of them at the unit's end.
+//     count) if a lane still holds many; all of them at the unit's end. An
+//     area holds an entry for each key of the row, so none outruns it.
 //   * Its helper warp (scoring/config.h, kHelperWarp) keeps adding the
 //     unit's new counts into the row's histogram in the workspace and
 //     raising the bar from it while the unit runs (a look is a chain of a
@@ -26,24 +27,22 @@
 //     bits too, the helpers add those counts into the row's, and they
 //     raise the bar inside the bin on the same certificate: K kept entries
 //     in the bins above and the sub-bins at or above the bar.
-//   * A row of fewer than stored_below keys stores its scores instead, as
-//     the unfused route does (its pieces' math warps through StoreSink; its
-//     helper only waits out its units), and the select stage flags it
-//     kRowStored (common/row_range.cuh):
-//     the standalone top-k selects it, its scores are not read again. A
-//     short row keeps most of its keys before any bar rises (a piece of n
-//     keys keeps about K (1 + ln(n / K))), so entries of twice a score's
-//     bytes and a select stage over them cost more than the scores and the
-//     top-k. The plan sees only the table's width, never the lengths, so
+//   * A row of fewer than stored_below keys stores its scores instead,
+//     as floats over its own area (its pieces' math warps through
+//     StoreSink; its helper only waits out its units), and the select
+//     stage selects it from them (flagged kRowStored, common/row_range.cuh,
+//     for tools). A short row keeps most of its keys before any bar rises
+//     (a piece of n keys keeps about K (1 + ln(n / K))), so entries of
+//     twice a score's bytes cost more than the scores. The plan sees only the table's width, never the lengths, so
 //     only a choice made here, row by row, lets the route run long rows and
 //     short ones each its faster way (docs/perf-log.md D66, D69).
 //   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
 //     claim (not a stored row's histograms: nothing counts into them).
 //   * The select stage is the fused prefill operator's (fused/select_kernel
-//     .cuh): per row, the top K of its entries, any option (ties, sorted,
-//     values). A row whose entries outran its area is flagged kRowRescore and
-//     repaired by the unfused pipeline (its scores, the standalone top-k).
+//     .cuh), launched programmatically: per row, the top K of its entries
+//     (or its stored scores), any option (ties, sorted, values). Nothing
+//     follows it: three launches, none of them repairs.
 // Why: at large batches the unfused pipeline's score stores cost the
 // scoring kernel ~7 % and its top-k another ~4 % over the math-only control
 // (docs/perf-log.md D25, D28), and the control's math warps wait on full
@@ -225,8 +224,8 @@ struct BarFilterSink {
   std::uint32_t* row_sub_top;  // [rows] (zeroed likewise): the highest sub-bin of row_sub with a count
   std::uint32_t capacity;
   std::uint32_t k;            // K
-  // Rows of fewer keys store their scores here (the unfused route's
-  // buffer) instead of keeping entries.
+  // Rows of fewer keys store their scores here (over their areas, as
+  // floats) instead of keeping entries.
   std::int32_t stored_below;
   scoring::StoreSink store;
 
@@ -308,8 +307,9 @@ struct BarFilterSink {
 
   // Copies the warp's staged entries to row t0's area (warp-collective): one
   // claim on the row's count for the warp, then the entries in staging-lane
-  // order, coalesced. Entries past the area are counted, not stored (the
-  // select stage flags the row).
+  // order, coalesced. The area holds every key of the row (entries past it,
+  // which would be a bug, are counted, not stored, and the select stage
+  // flags the row).
   template <int R>
   __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
     const int warp = math_warp();

@@ -370,15 +370,13 @@ Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, co
 
 // The bar selection of a batch (bar_select.cuh): the rows' state zeroed,
 // the scoring kernel with BarFilterSink (launched programmatically: it
-// waits for the zeros before its first claim), the fused prefill
-// operator's select stage over each row's entries, then the unfused
-// pipeline over the rows it flagged (RowFlag): those flagged kRowRescore
-// (areas outrun) are scored again and selected, those flagged kRowStored
-// (short rows, whose scores the scoring kernel stored) only selected, the
-// others left as they are.
+// waits for the zeros before its first claim; short rows store their
+// scores over their areas), then the fused prefill operator's select stage
+// over each row's entries or stored scores (programmatic too). An area
+// holds a whole row, so no row is ever flagged for a repair.
 Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
-                         const scoring::PagedKeys& keys, void* workspace, float* scores, std::int32_t* indices,
-                         float* values, CUstream_st* stream) {
+                         const scoring::PagedKeys& keys, void* workspace, std::int32_t* indices, float* values,
+                         CUstream_st* stream) {
   constexpr const char* kOp = "indexer_topk_paged";
   const PagedWorkspace& w = plan.workspace;
   const std::int64_t rows = in.num_queries;
@@ -405,7 +403,8 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                            capacity,
                            static_cast<std::uint32_t>(p.options.k),
                            stored_below,
-                           scoring::StoreSink{scores, plan.score_stride}};
+                           scoring::StoreSink{reinterpret_cast<float*>(candidates),
+                                              plan.bar_capacity * static_cast<std::int64_t>(sizeof(std::uint64_t) / sizeof(float))}};
   Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                                 /*programmatic=*/true);
   if (!st.ok()) return st;
@@ -430,10 +429,8 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   DeviceLimits limits;
   st = LaunchCache::get().current(&device, &limits);
   if (!st.ok()) return st;
-  st = fused::launch_select_kernel(args, p.options.k, static_cast<unsigned>(rows),
-                                   fused::select_rows_are_few(rows, limits.sm_count), device, stream, kOp);
-  if (!st.ok()) return st;
-  return launch_unfused(plan, p, in, keys, scores, flags, indices, values, stream);
+  return fused::launch_select_kernel(args, p.options.k, static_cast<unsigned>(rows),
+                                     fused::select_rows_are_few(rows, limits.sm_count), device, stream, kOp);
 }
 
 // The fused selection of a batch (select.cuh): its rows' state zeroed, the
@@ -628,7 +625,7 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
       continue;
     }
     if (plan.bar_select) {
-      const Status st = launch_bar_select(plan, p, in, keys, workspace, scores, p.indices + first * p.next_n * K,
+      const Status st = launch_bar_select(plan, p, in, keys, workspace, p.indices + first * p.next_n * K,
                                           p.values != nullptr ? p.values + first * p.next_n * K : nullptr, stream);
       if (!st.ok()) return st;
       continue;

@@ -37,7 +37,9 @@ PagedWorkspace layout(const PagedIndexerTopkParams& p, const PagedPlan& plan) {
   w.ks = pieces.take(range_rows * sizeof(std::int32_t));
   w.ke = pieces.take(range_rows * sizeof(std::int32_t));
   w.w = pieces.take(plan.padded ? rows * static_cast<std::size_t>(p.num_heads) * sizeof(float) : 0);
-  const std::size_t score_rows = plan.stream_select ? 0 : batch_rows;  // the streaming selection stores none
+  // The streaming selection stores no score; the bar selection's short
+  // rows store theirs over their own candidate areas.
+  const std::size_t score_rows = plan.stream_select || plan.bar_select ? 0 : batch_rows;
   w.scores = pieces.take(score_rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float));
   w.indices = pieces.take(plan.mapped ? batch_rows * K * sizeof(std::int32_t) : 0);
   w.values = pieces.take(plan.mapped && p.values != nullptr ? batch_rows * K * sizeof(float) : 0);
@@ -117,16 +119,19 @@ PagedPlan make_plan(const PagedIndexerTopkParams& p, const PagedHooks& hooks) {
     plan.select_capacity = std::min<std::int64_t>(n, std::max<std::int64_t>(n / 8, 4096));
   }
   plan.stream_select = !plan.fused_select && hooks.route == Route::kStreamSelect && stream_select_possible(p, plan);
-  const bool bar_faster = n >= kBarSelectMinKeys && plan.batches.per_batch >= kBarSelectMinRows;
+  // The bar selection's areas hold a whole row (an entry a key: no row
+  // outruns its area, so nothing is ever repaired), and its batches are as
+  // many requests as kScoresBytes holds such areas.
+  const std::int64_t bar_capacity = std::max<std::int64_t>(n, 1);
+  const Batches bar_batches = batches_of(static_cast<std::size_t>(bar_capacity) * sizeof(std::uint64_t));
+  const bool bar_faster = n >= kBarSelectMinKeys && bar_batches.per_batch >= kBarSelectMinRows;
   plan.bar_select = !plan.fused_select && bar_select_possible(p, plan) &&
                     (hooks.route == Route::kBarSelect || (hooks.route == Route::kByShape && bar_faster));
   if (plan.bar_select) {
     const std::int64_t stored_below = hooks.bar_stored_below >= 0 ? hooks.bar_stored_below : kBarStoredBelowKeys;
     plan.bar_stored_below = std::min<std::int64_t>(stored_below, std::numeric_limits<std::int32_t>::max());
-    // A piece of n keys keeps about K (1 + ln(n / K)) of them (a running
-    // bar), more by the bins' width; a quarter of the row leaves room for
-    // a row in a few pieces (docs/perf-log.md D51).
-    plan.bar_capacity = std::min<std::int64_t>(std::max<std::int64_t>(n, 1), std::max<std::int64_t>(n / 4, 16384));
+    plan.bar_capacity = bar_capacity;
+    plan.batches = bar_batches;
   }
   if (plan.stream_select) {
     // No scores buffer: the batches are bounded by the rows' lists instead.

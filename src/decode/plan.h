@@ -36,8 +36,9 @@ struct PagedWorkspace {
   std::size_t stream_list = 0;   // [batch rows, stream_list_capacity] uint64
   // The bar selection (PagedPlan::bar_select): a row's state (entries
   // claimed, the floor its pieces' last bars certify, its kept entries'
-  // histogram; zeroed before each batch's scoring), its repair flag and its
-  // candidate area.
+  // histogram; zeroed before each batch's scoring), its flag (RowFlag: how
+  // the select stage took it, for tools) and its candidate area (a short
+  // row's scores, as floats, over it).
   std::size_t bar_state = 0;       // [batch rows * kBarStateWords] uint32 (BarState)
   std::size_t bar_flags = 0;       // [batch rows] uint32
   std::size_t bar_candidates = 0;  // [batch rows, bar_capacity] uint64
@@ -163,16 +164,16 @@ struct PagedPlan {
   // tie rule, sorted or not: the scoring kernel keeps only the scores at
   // or above a bar its helper warp raises from the counts of what it kept
   // (BarFilterSink, decode/bar_select.cuh), the fused prefill operator's
-  // select stage takes each row's top K from them, and rows whose entries
-  // outran bar_capacity are repaired by the unfused pipeline (the scores
-  // buffer stays for them, and for the rows of fewer than bar_stored_below
-  // keys, which store their scores there for the standalone top-k). Taken
-  // by shape for many rows under a wide table (kBarSelectMinRows,
-  // kBarSelectMinKeys), or pinned by PagedHooks. Its select stage and the
-  // repair's scoring are launched programmatically, so a batch of short
-  // rows pays little over the unfused route for the launches it adds.
+  // select stage takes each row's top K from them. A row's area holds an
+  // entry for each of its keys, so none outruns it and nothing is repaired;
+  // rows of fewer than bar_stored_below keys store their scores over their
+  // areas instead, and the select stage selects them from those. No scores
+  // buffer; batches count the areas. Three launches, as the fused
+  // selection: the zero kernel, the scoring kernel, the select stage (both
+  // programmatic). Taken by shape for many rows under a wide table
+  // (kBarSelectMinRows, kBarSelectMinKeys), or pinned by PagedHooks.
   bool bar_select = false;
-  std::int64_t bar_capacity = 0;  // entries a row's area holds
+  std::int64_t bar_capacity = 0;  // entries a row's area holds: the table's keys
   std::int64_t bar_stored_below = 0;  // kBarStoredBelowKeys, or PagedHooks::bar_stored_below
   Batches batches;                 // of requests, as many as the scores buffer holds (at least one)
   LaunchGrid prepare;              // paged_prepare_kernel: a thread per launch row (per row and head when padded)

@@ -77,9 +77,9 @@ struct SelectArgs {
   // no top K and every tie with the K-th entry stays.
   const std::uint32_t* floor = nullptr;
   // Rows of fewer keys than this stored their scores instead of entries
-  // (the decode bar selection's short rows: decode/bar_select.cuh): they
-  // are flagged kRowStored, for the standalone top-k alone, and not
-  // selected here.
+  // (the decode bar selection's short rows: decode/bar_select.cuh), as
+  // floats over the start of their areas (a row's positions, len of them):
+  // they are selected from those and flagged kRowStored.
   std::int32_t stored_below = 0;
   // Launched programmatically after the kernel that writes count,
   // candidates and floor (the decode bar selection's scoring kernel): its
@@ -102,15 +102,14 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   sm90::wait_for_prerequisite_grids();  // after_producer (a no-op otherwise)
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
-  if (row_stores_scores(r, a.stored_below)) {  // the same for every thread
-    if (threadIdx.x == 0) a.flags[t] = kRowStored;  // (no trace: the prefill operator stores no row)
-    return;
-  }
-  const std::uint32_t c = a.count[t];
-  const std::uint32_t unstaged = a.unstaged != nullptr ? a.unstaged[t] : 0u;
-  const bool certified = fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
+  // A stored row's len scores are its entries, every key (the same for
+  // every thread; the prefill operator stores no row).
+  const bool stored = row_stores_scores(r, a.stored_below);
+  const std::uint32_t c = stored ? len : a.count[t];
+  const std::uint32_t unstaged = a.unstaged != nullptr && !stored ? a.unstaged[t] : 0u;
+  const bool certified = stored || fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
   if (threadIdx.x == 0) {
-    a.flags[t] = certified ? kRowDone : kRowRescore;
+    a.flags[t] = stored ? kRowStored : certified ? kRowDone : kRowRescore;
     if (a.trace != nullptr) {
       a.trace[t].path = certified ? FusedPath::kCertified : FusedPath::kRepaired;
       a.trace[t].count = c + unstaged;
@@ -120,7 +119,19 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   if (!certified) return;  // the same for every thread
 
   const std::uint64_t* area = a.candidates + t * a.capacity;
-  const std::uint32_t floor = a.floor != nullptr ? a.floor[t] : 0u;
+  const float* stored_scores = reinterpret_cast<const float*>(area);
+  // Entry i of the row: its order key's halves.
+  const auto entry = [&](std::uint32_t i, std::uint32_t& key, std::int32_t& pos) {
+    if (stored) {
+      key = score_key_fast(__ldg(stored_scores + i));
+      pos = static_cast<std::int32_t>(i);
+    } else {
+      const std::uint64_t v = __ldg(area + i);
+      key = static_cast<std::uint32_t>(v >> 32);
+      pos = selection::device::order_pos(v);
+    }
+  };
+  const std::uint32_t floor = a.floor != nullptr && !stored ? a.floor[t] : 0u;
   // The entries the select takes: with a floor, those at or above it,
   // packed into shared memory by a first pass (n of them; past
   // kSmemCandidates the passes read the area and skip the rest again).
@@ -160,13 +171,14 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   if (!packed) {
 #pragma unroll 4
     for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
-      const std::uint64_t v = __ldg(area + i);
-      const auto key = static_cast<std::uint32_t>(v >> 32);
+      std::uint32_t key = 0;
+      std::int32_t pos = 0;
+      entry(i, key, pos);
       lo = min(lo, key);
       hi = max(hi, key);
       if (in_smem) {
         sh.keys[i] = key;
-        sh.pos[i] = selection::device::order_pos(v);
+        sh.pos[i] = pos;
       }
     }
   }
@@ -187,9 +199,7 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
           key = sh.keys[i];
           pos = sh.pos[i];
         } else {
-          const std::uint64_t v = __ldg(area + i);
-          key = static_cast<std::uint32_t>(v >> 32);
-          pos = selection::device::order_pos(v);
+          entry(i, key, pos);
           present = key >= floor;
         }
       }

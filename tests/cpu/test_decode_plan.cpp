@@ -104,7 +104,7 @@ TEST(DecodePlan, WorkspaceIsItsPiecesEndToEnd) {
                     range_rows * 4,                                           // ks
                     range_rows * 4,                                           // ke
                     plan.padded ? rows * heads * 4 : 0,                       // padded weights
-                    batch_rows * stride * 4,                                  // scores
+                    plan.bar_select ? 0 : batch_rows * stride * 4,            // scores
                     plan.mapped ? batch_rows * k * 4 : 0,                     // indices
                     plan.mapped && values != nullptr ? batch_rows * k * 4 : 0,  // values
                     plan.fused_select ? batch_rows * kSelectStateWords * 4 : 0,  // histograms and counters
@@ -143,8 +143,12 @@ TEST(DecodePlan, BatchesCoverEveryRequestOnce) {
     for (std::int64_t batch : {1, 2, 3, 64, 1000, 70000}) {
       for (std::int64_t blocks : {1, 64, 2048, 16384}) {
         const PagedPlan plan = make_plan(shape(batch, next_n, 64, blocks));
+        // The bar selection's batches count its rows' areas, not scores.
+        const PagedWorkspace& w = plan.workspace;
         const auto request_bytes =
-            static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
+            plan.bar_select ? static_cast<std::size_t>(plan.bar_capacity) * sizeof(std::uint64_t)
+                            : static_cast<std::size_t>(plan.rows_per_request * plan.score_stride) * sizeof(float);
+        const std::size_t buffer = plan.bar_select ? w.total - w.bar_candidates : w.indices - w.scores;
         std::int64_t next = 0;
         for (std::int64_t b = 0; b < plan.batches.count(); ++b) {
           const Batch batch_of = plan.batches[b];
@@ -153,8 +157,7 @@ TEST(DecodePlan, BatchesCoverEveryRequestOnce) {
           if (batch_of.size > 1) {
             EXPECT_LE(batch_of.size * request_bytes, 512 * kMiB);
           }
-          EXPECT_LE(static_cast<std::size_t>(batch_of.size) * request_bytes,
-                    plan.workspace.indices - plan.workspace.scores)
+          EXPECT_LE(static_cast<std::size_t>(batch_of.size) * request_bytes, buffer)
               << "batch " << b << " passes the scores buffer";
           next += batch_of.size;
         }
@@ -322,7 +325,7 @@ TEST(DecodePlan, StreamSelectPinned) {
 TEST(DecodePlan, BarSelectByShape) {
   static_assert(kBarSelectMinKeys == 131072 && kBarSelectMinRows == 128);
   for (std::int64_t rows : {128, 256, 4096}) {
-    for (std::int64_t blocks : {2048, 16384}) {
+    for (std::int64_t blocks : {2048, 8192}) {
       PagedIndexerTopkParams p = shape(rows, 1, 64, blocks);
       EXPECT_TRUE(make_plan(p).bar_select) << rows << " x " << blocks;
       p.options.ties = TieBreak::kSmallestIndex;
@@ -338,20 +341,23 @@ TEST(DecodePlan, BarSelectByShape) {
   PagedIndexerTopkParams slots = shape(256, 1, 64, 2048);
   slots.physical_slots = true;
   EXPECT_FALSE(make_plan(slots).bar_select);
-  // Rows past the scores buffer run in batches: the rule counts a batch's.
-  const PagedPlan long_rows = make_plan(shape(200, 1, 64, 16384));
+  // Rows past kScoresBytes of areas (an entry, 8 bytes, a key) run in
+  // batches: the rule counts a batch's. 128 areas of 512K keys fill it, 64
+  // of 1M keys.
+  const PagedPlan long_rows = make_plan(shape(200, 1, 64, 8192));
   EXPECT_EQ(long_rows.batches.per_batch, 128);
+  EXPECT_EQ(long_rows.batches.count(), 2);
   EXPECT_TRUE(long_rows.bar_select);
   EXPECT_EQ(long_rows.bar_stored_below, kBarStoredBelowKeys);
+  EXPECT_FALSE(make_plan(shape(256, 1, 64, 16384)).bar_select);
   EXPECT_FALSE(make_plan(shape(256, 1, 64, 2048), PagedHooks{PagedHooks::Route::kUnfused}).bar_select);
 }
 
 // The bar selection, pinned: one-token requests of 64 heads reading their
 // lengths as ranges, any tie rule, sorted or not, positions, at any rows
-// and table width; its state (kBarStateWords a row), flags and candidate
-// areas (a quarter of the context, at least 16K entries, at most the
-// context) after the scores buffer, which stays for the repair and the
-// stored rows.
+// and table width; no scores buffer (short rows store theirs over their
+// areas), then its state (kBarStateWords a row), flags and candidate areas
+// (an entry for each key of the table), batched by the areas.
 TEST(DecodePlan, BarSelectPinned) {
   const PagedHooks bar{PagedHooks::Route::kBarSelect};
   EXPECT_FALSE(make_plan(shape(32, 1, 64, 2048)).bar_select);
@@ -367,11 +373,13 @@ TEST(DecodePlan, BarSelectPinned) {
       EXPECT_TRUE(plan.bar_select) << blocks;
       EXPECT_FALSE(plan.fused_select || plan.stream_select) << blocks;
       const std::int64_t n = blocks * 64;
-      EXPECT_EQ(plan.bar_capacity, std::min(n, std::max<std::int64_t>(n / 4, 16384))) << blocks;
+      EXPECT_EQ(plan.bar_capacity, std::max<std::int64_t>(n, 1)) << blocks;
       const PagedWorkspace& w = plan.workspace;
       const auto rows = static_cast<std::size_t>(plan.batches.per_batch);
-      EXPECT_EQ(plan.batches.per_batch, make_plan(shape(256, 1, 64, blocks)).batches.per_batch);
-      EXPECT_EQ(w.bar_state, w.scores + aligned(rows * static_cast<std::size_t>(plan.score_stride) * sizeof(float)));
+      EXPECT_EQ(plan.batches.per_batch,
+                std::min<std::int64_t>(256, (std::int64_t{512} << 20) / (plan.bar_capacity * 8)))
+          << blocks;
+      EXPECT_EQ(w.bar_state, w.scores);  // no scores buffer
       EXPECT_EQ(w.bar_flags - w.bar_state, aligned(rows * kBarStateWords * sizeof(std::uint32_t)));
       EXPECT_EQ(w.bar_candidates - w.bar_flags, aligned(rows * sizeof(std::uint32_t)));
       EXPECT_EQ(w.total - w.bar_candidates,

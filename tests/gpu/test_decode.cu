@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/keys.h"
+#include "common/row_range.cuh"
 #include "decode/decode.h"
 #include "device_array.h"
 #include "dsa_topk/dsa_topk.h"
@@ -151,8 +152,8 @@ std::string describe(const PagedSpec& s, int K) {
 // and any position of the deterministic row not returned, ties with the K-th
 // score (score keys equal, so NaN ties with -inf). A NaN score's value is
 // the route's: stages that keep score keys report -inf, those that read the
-// scores NaN, and a bar-selection row either, by whether it was repaired;
-// both rank as -inf.
+// scores NaN (the bar selection's stored rows too are selected from score
+// keys: -inf); both rank as -inf.
 void expect_valid_any(const tools::IndexerProblem& view, const Result& any, const Result& want, int K) {
   for (std::int64_t r = 0; r < view.T; ++r) {
     const std::int64_t len = view.ke[r] - view.ks[r];
@@ -531,7 +532,7 @@ void expect_bar_select_valid(const PagedProblem& p, int K, bool bit_exact = true
 }
 
 // Every distribution (ties and dead ReLU keep a whole row under one bar:
-// their areas overflow and the rows are repaired), K 512-2048, blocks of 16
+// every key is an entry, which the row's area holds), K 512-2048, blocks of 16
 // and 64, lengths around K, empty rows, rows long enough for the bar to
 // rise many times in a piece.
 TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
@@ -541,7 +542,7 @@ TEST(DecodeGpu, BarSelectEveryDistributionAndLength) {
 
 // Many ragged rows (a CTA's run crosses many rows, rows cross CTAs), large
 // batches of long rows (where it is faster), a 1M context over every CTA
-// (its pieces' entries outrun the area: repaired), NaN and Inf.
+// (its pieces' bars rise apart), NaN and Inf.
 TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
   const auto problem = one_token;
   expect_bar_select_valid(problem(Distribution::kModelLike, 300, 16, ragged(300, 0, 20000, 710), 710), 2048);
@@ -569,7 +570,7 @@ TEST(DecodeGpu, BarSelectManyRowsLongContextAndNonFinite) {
 }
 
 // Small enough for the sanitizers, long enough that each CTA's piece
-// (~1.5K keys) raises its bar at K = 512; ties (an overflowing, repaired row);
+// (~1.5K keys) raises its bar at K = 512; ties (a row that keeps every key);
 // shifted scores (a row that zooms into its bin).
 TEST(DecodeGpu, BarSelectSmall) {
   expect_bar_select_valid(
@@ -583,9 +584,8 @@ TEST(DecodeGpu, BarSelectSmall) {
 // Rows whose scores crowd into one 12-bit bin (shifted scores: every key
 // within ~0.2 % of the others) zoom into it, so their bars rise inside the
 // bin: exact, and where the route is faster (a row in one or two CTAs' pieces)
-// no row keeps more entries than its area (a quarter of the row) holds, so
-// none is repaired. Without the zoom every key of such a row stays at or
-// above its bar and every row overflows.
+// no row keeps more than a quarter of its keys. Without the zoom every key
+// of such a row stays at or above its bar.
 TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
   constexpr std::int64_t kRows = 136;
   const PagedProblem problem =
@@ -607,7 +607,8 @@ TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
   std::memcpy(counts.data(), bytes.data() + counts_at, kRows * sizeof(std::uint32_t));
   std::memcpy(flags.data(), bytes.data() + plan.workspace.bar_flags, kRows * sizeof(std::uint32_t));
   for (std::int64_t r = 0; r < kRows; ++r) {
-    EXPECT_EQ(flags[r], 0u) << "row " << r << " repaired: " << counts[r] << " entries, area " << plan.bar_capacity;
+    EXPECT_EQ(flags[r], kRowDone) << "row " << r;
+    EXPECT_LE(counts[r], 131072u / 4) << "row " << r << " kept " << counts[r] << " entries";
   }
 }
 
@@ -728,9 +729,9 @@ TEST(DecodeGpu, FusedSelectGraphReplay) {
 
 // The bar selection under a CUDA graph (pinned), replayed with new lengths,
 // queries, weights and keys in the same buffers: its zeroed state, floors
-// and flags (a replay whose row overflows, then one whose rows do not; a
-// row that keeps entries, then stores its scores, then keeps entries again)
-// start fresh on every replay.
+// and flags (a replay whose row keeps every key, then one whose rows do
+// not; a row that keeps entries, then stores its scores over its area, then
+// keeps entries again) start fresh on every replay.
 TEST(DecodeGpu, BarSelectGraphReplay) {
   const int K = 1024;
   const PagedProblem a =
@@ -738,7 +739,7 @@ TEST(DecodeGpu, BarSelectGraphReplay) {
   // b: a's keys, other lengths (the first row short enough to store its
   // scores, where a's kept entries), and a zero query for the last request
   // (a ties problem's fourth row): all its scores tie, so it keeps every
-  // key, its area overflows and it is repaired.
+  // key.
   const PagedProblem ties =
       tools::make_paged_problem(paged_spec(Distribution::kTies, 4, 1, 64, 64, {90000, 2500, 140000, 1}, false, 333));
   PagedProblem b = a;
