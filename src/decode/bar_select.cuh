@@ -29,9 +29,9 @@
 //     in the bins above and the sub-bins at or above the bar.
 //   * A row of fewer than stored_below keys stores its scores instead,
 //     as floats over its own area (its pieces' math warps through
-//     StoreSink; its helper only waits out its units), and the select
-//     stage selects it from them (flagged kRowStored, common/row_range.cuh,
-//     for tools). A short row keeps most of its keys before any bar rises
+//     StoreSink; its helper only waits out its units), and the top-k
+//     selects it from them as the unfused route would (flagged kRowStored,
+//     common/row_range.cuh, by the zero kernel, for tools). A short row keeps most of its keys before any bar rises
 //     (a piece of n keys keeps about K (1 + ln(n / K))), so entries of
 //     twice a score's bytes cost more than the scores. The plan sees only the table's width, never the lengths, so
 //     only a choice made here, row by row, lets the route run long rows and
@@ -39,10 +39,12 @@
 //   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
 //     claim (not a stored row's histograms: nothing counts into them).
-//   * The select stage is the fused prefill operator's (fused/select_kernel
-//     .cuh), launched programmatically: per row, the top K of its entries
-//     (or its stored scores), any option (ties, sorted, values). Nothing
-//     follows it: three launches, none of them repairs.
+//   * The select stage is the standalone top-k (selection/topk), launched
+//     programmatically, with the long rows given as entries
+//     (TopkHooks::entries: the window select over the entries at or above
+//     the row's floor) and the short ones as scores: one kernel, so a batch
+//     of short rows costs what the unfused route's top-k costs. Any option
+//     (ties, sorted, values). Three launches, none of them repairs.
 // Why: at large batches the unfused pipeline's score stores cost the
 // scoring kernel ~7 % and its top-k another ~4 % over the math-only control
 // (docs/perf-log.md D25, D28), and the control's math warps wait on full
@@ -506,6 +508,7 @@ struct BarFilterSink {
 inline constexpr int kBarZeroThreads = 256;
 struct BarZeroArgs {
   std::uint32_t* state;  // [kBarStateWords * rows]
+  std::uint32_t* flags;  // [rows] out: kRowStored or kRowDone (RowFlag), for tools
   std::int64_t rows;
   const std::int32_t* ks;  // the batch's ranges, as the scoring kernel reads them
   const std::int32_t* ke;
@@ -523,6 +526,11 @@ __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(const BarZero
       if (row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below)) continue;
     }
     a.state[i] = 0;
+  }
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; row < a.rows;
+       row += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
+    const bool stored = row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below);
+    a.flags[row] = stored ? kRowStored : kRowDone;
   }
 }
 

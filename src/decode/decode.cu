@@ -38,7 +38,6 @@
 #include "decode/plan.h"
 #include "decode/select.cuh"
 #include "decode/stream_select.cuh"
-#include "fused/select_kernel.cuh"
 #include "scoring/launch.cuh"
 #include "selection/device/radix.cuh"
 #include "selection/topk/topk.h"
@@ -368,12 +367,13 @@ Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, co
   return selection::topk::launch_topk(tp, stream, th);
 }
 
-// The bar selection of a batch (bar_select.cuh): the rows' state zeroed,
-// the scoring kernel with BarFilterSink (launched programmatically: it
-// waits for the zeros before its first claim; short rows store their
-// scores over their areas), then the fused prefill operator's select stage
-// over each row's entries or stored scores (programmatic too). An area
-// holds a whole row, so no row is ever flagged for a repair.
+// The bar selection of a batch (bar_select.cuh): the rows' state zeroed
+// (and each row's RowFlag written, for tools), the scoring kernel with
+// BarFilterSink (launched programmatically: it waits for the zeros before
+// its first claim; short rows store their scores over their areas), then
+// the standalone top-k over both kinds of row (TopkHooks::entries;
+// programmatic too): a short row as the unfused route selects it, a long
+// one from its entries. An area holds a whole row, so nothing is repaired.
 Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
                          const scoring::PagedKeys& keys, void* workspace, std::int32_t* indices, float* values,
                          CUstream_st* stream) {
@@ -387,10 +387,12 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   constexpr std::int64_t kMaxZeroBlocks = 1024;  // the rest by the grid's stride
   const auto stored_below = static_cast<std::int32_t>(plan.bar_stored_below);
   bar_zero_kernel<<<static_cast<unsigned>(std::min((words + kBarZeroThreads - 1) / kBarZeroThreads, kMaxZeroBlocks)),
-                    kBarZeroThreads, 0, stream>>>(BarZeroArgs{state, rows, in.ks, in.ke, in.num_keys, stored_below});
+                    kBarZeroThreads, 0, stream>>>(BarZeroArgs{state, flags, rows, in.ks, in.ke, in.num_keys, stored_below});
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
+  // A short row's scores as floats over its area: two a slot.
+  const std::int64_t stride = plan.bar_capacity * static_cast<std::int64_t>(sizeof(std::uint64_t) / sizeof(float));
   const BarFilterSink sink{state + kBarCount * rows,
                            state + kBarFloor * rows,
                            candidates,
@@ -403,34 +405,25 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                            capacity,
                            static_cast<std::uint32_t>(p.options.k),
                            stored_below,
-                           scoring::StoreSink{reinterpret_cast<float*>(candidates),
-                                              plan.bar_capacity * static_cast<std::int64_t>(sizeof(std::uint64_t) / sizeof(float))}};
+                           scoring::StoreSink{reinterpret_cast<float*>(candidates), stride}};
   Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                                 /*programmatic=*/true);
   if (!st.ok()) return st;
-  fused::SelectArgs args{in.ks,
-                         in.ke,
-                         in.num_keys,
-                         state + kBarCount * rows,
-                         candidates,
-                         capacity,
-                         nullptr,  // every tie at or above the bar is kept: none left out
-                         indices,
-                         values,
-                         /*relative_indices=*/true,
-                         p.options.ties == TieBreak::kSmallestIndex,
-                         p.options.sorted,
-                         flags,
-                         nullptr,
-                         state + kBarFloor * rows,
-                         stored_below,
-                         /*after_producer=*/true};
-  int device = 0;
-  DeviceLimits limits;
-  st = LaunchCache::get().current(&device, &limits);
-  if (!st.ok()) return st;
-  return fused::launch_select_kernel(args, p.options.k, static_cast<unsigned>(rows),
-                                     fused::select_rows_are_few(rows, limits.sm_count), device, stream, kOp);
+  TopkParams tp;
+  tp.scores = reinterpret_cast<const float*>(candidates);  // the short rows' scores, over their areas
+  tp.ks = in.ks;
+  tp.ke = in.ke;
+  tp.num_rows = rows;
+  tp.num_cols = p.max_context();
+  tp.score_stride = stride;
+  tp.indices = indices;
+  tp.values = values;
+  tp.options = p.options;
+  selection::topk::TopkHooks th;
+  th.after_producer = scoring::scoring_launches(in);
+  th.entries = selection::topk::EntryRows{state + kBarCount * rows, candidates, plan.bar_capacity,
+                                          state + kBarFloor * rows, stored_below};
+  return selection::topk::launch_topk(tp, stream, th);
 }
 
 // The fused selection of a batch (select.cuh): its rows' state zeroed, the

@@ -163,13 +163,13 @@ struct PagedPlan {
   // The same calls (one token a request read as its range, H = 64), any
   // tie rule, sorted or not: the scoring kernel keeps only the scores at
   // or above a bar its helper warp raises from the counts of what it kept
-  // (BarFilterSink, decode/bar_select.cuh), the fused prefill operator's
-  // select stage takes each row's top K from them. A row's area holds an
+  // (BarFilterSink, decode/bar_select.cuh), and the standalone top-k takes
+  // each row's top K from them (TopkHooks::entries). A row's area holds an
   // entry for each of its keys, so none outruns it and nothing is repaired;
   // rows of fewer than bar_stored_below keys store their scores over their
-  // areas instead, and the select stage selects them from those. No scores
-  // buffer; batches count the areas. Three launches, as the fused
-  // selection: the zero kernel, the scoring kernel, the select stage (both
+  // areas instead, and the same top-k launch selects them from those as
+  // the unfused route would. No scores buffer; batches count the areas.
+  // Three launches: the zero kernel, the scoring kernel, the top-k (both
   // programmatic). Taken by shape for many rows under a wide table
   // (kBarSelectMinRows, kBarSelectMinKeys), or pinned by PagedHooks.
   bool bar_select = false;

@@ -346,5 +346,46 @@ TEST(TopkPlan, ProgrammaticFollowsTheGeometry) {
   EXPECT_FALSE(plan_of(shape(4096, 131072)).programmatic);
 }
 
+// A launch with entry rows (TopkHooks::entries) runs the sampled kernel's
+// entry instance at any length: the wide CTAs for at most a row an SM at K
+// >= 1024, LongRows otherwise; never resident, clustered, split or with
+// LongRows64K's buffers, which have no entry instance. It follows the
+// producer programmatically, as every sampled launch does.
+TEST(TopkPlan, EntryRowsTakeTheSampledKernel) {
+  static const std::uint64_t area = 0;  // only the pointer's presence is planned
+  TopkHooks entries;
+  entries.entries.areas = &area;
+  entries.after_producer = true;
+  for (int K : {512, 1024, 2048}) {
+    for (std::int64_t cols : {std::int64_t{100}, std::int64_t{8192}, std::int64_t{65536}, std::int64_t{131072},
+                              std::int64_t{1} << 20}) {
+      for (std::int64_t rows : {std::int64_t{1}, std::int64_t{kSms}, std::int64_t{kSms + 1}, std::int64_t{512}}) {
+        const TopkPlan plan = plan_of(shape(rows, cols, K), entries);
+        const bool wide = K >= 1024 && rows <= kSms;
+        EXPECT_EQ(plan.geometry, wide ? TopkGeometry::kWideRows : TopkGeometry::kLongRows)
+            << rows << " x " << cols << ", K " << K;
+        EXPECT_TRUE(plan.entry_rows);
+        EXPECT_TRUE(plan.programmatic) << rows << " x " << cols << ", K " << K;
+        EXPECT_EQ(plan.threads, wide ? WideRows::kThreads : LongRows::kThreads);
+      }
+    }
+  }
+  EXPECT_FALSE(plan_of(shape(4096, 131072)).entry_rows);
+  // Only the automatic engine, with no forced threshold.
+  for (TopkEngine e : {TopkEngine::kSampled, TopkEngine::kSampled64K, TopkEngine::kSampledWide,
+                       TopkEngine::kSampledSplit, TopkEngine::kResident, TopkEngine::kClusterResident}) {
+    TopkHooks pinned = entries;
+    pinned.engine = e;
+    TopkPlan plan;
+    const Status st = make_plan(shape(256, 131072), h200(), pinned, &plan);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << static_cast<int>(e);
+    EXPECT_NE(st.message().find("entries"), std::string::npos) << st.message();
+  }
+  TopkHooks forced = entries;
+  forced.force_threshold = true;
+  TopkPlan plan;
+  EXPECT_EQ(make_plan(shape(256, 131072), h200(), forced, &plan).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dsa::selection::topk

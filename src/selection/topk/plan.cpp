@@ -88,6 +88,16 @@ TopkGeometry geometry(int k, std::int64_t num_rows, std::int64_t num_cols, TopkE
   return TopkGeometry::kLongRows;
 }
 
+// A launch with entry rows (TopkHooks::entries): the sampled kernel, whose
+// candidate buffer and window select take an entry row as they take a
+// scored row's candidates, at the automatic engine's threads (the wide
+// CTAs for at most a row an SM), never split, clustered or resident (its
+// scored rows are selected as the automatic engine would at that geometry).
+TopkGeometry entry_geometry(int k, std::int64_t num_rows, const DeviceLimits& limits) {
+  return k % WideRows::kThreads == 0 && num_rows <= limits.sm_count ? TopkGeometry::kWideRows
+                                                                     : TopkGeometry::kLongRows;
+}
+
 template <class G>
 void take_geometry(TopkPlan* plan) {
   plan->threads = G::kThreads;
@@ -105,9 +115,15 @@ Status make_plan(const TopkParams& params, const DeviceLimits& limits, const Top
       engine != TopkEngine::kSampledSplit) {
     engine = TopkEngine::kSampled;
   }
+  const bool entries = hooks.entries.areas != nullptr;
+  if (entries && (hooks.engine != TopkEngine::kAuto || hooks.force_threshold)) {
+    return {StatusCode::kInvalidArgument, "topk: rows given as entries take the automatic engine, no forced threshold"};
+  }
   if (const Status st = check_pinned(k, params.num_cols, engine, hooks.split_ctas); !st.ok()) return st;
   *plan = TopkPlan{};
-  plan->geometry = geometry(k, params.num_rows, params.num_cols, engine, limits);
+  plan->entry_rows = entries;
+  plan->geometry = entries ? entry_geometry(k, params.num_rows, limits)
+                           : geometry(k, params.num_rows, params.num_cols, engine, limits);
   switch (plan->geometry) {
     case TopkGeometry::kResident8K: take_geometry<ResidentRows8K>(plan); break;
     case TopkGeometry::kResident16K: take_geometry<ResidentRows16K>(plan); break;

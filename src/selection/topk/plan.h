@@ -141,6 +141,7 @@ struct TopkPlan {
   bool split_pinned = false;  // kSampledSplit / kClusterResident: pinned, at least 2 CTAs a row
   int split_ctas = 0;         // pinned: TopkHooks::split_ctas (0: picked)
   bool programmatic = false;  // launched after the scores' producer (launch_programmatic)
+  bool entry_rows = false;    // TopkHooks::entries: the sampled kernel's instance that takes entry rows
 };
 
 // The plan of launch_topk(params, ..., hooks) on a device with these limits

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_status.h"
 #include "common/launch_cache.h"
@@ -82,8 +83,15 @@ cudaLaunchConfig_t launch_config(const TopkPlan& plan, const Instance& inst, std
 
 template <int K, class G>
 Status prepare_sampled(const TopkPlan& plan, int device, const DeviceLimits& limits, Instance* out) {
-  return prepare(reinterpret_cast<const void*>(&topk_kernel<K, G>), sizeof(typename Config<K, G>::SharedStorage),
-                 plan, device, limits, out);
+  const void* kernel = reinterpret_cast<const void*>(&topk_kernel<K, G, false>);
+  if (plan.entry_rows) {  // entry_geometry never picks LongRows64K: no instance of it with entries
+    if constexpr (std::is_same_v<G, LongRows64K>) {
+      return {StatusCode::kInternal, "topk: entry rows have no LongRows64K instance"};
+    } else {
+      kernel = reinterpret_cast<const void*>(&topk_kernel<K, G, true>);
+    }
+  }
+  return prepare(kernel, sizeof(typename Config<K, G>::SharedStorage), plan, device, limits, out);
 }
 
 // The clusters of each size (2 << i CTAs, i < kSplitSizes) the device holds
@@ -224,7 +232,9 @@ Status launch_topk(const TopkParams& params, CUstream_st* stream, const TopkHook
                         hooks.row_mask,
                         row_prefetch_bytes(params.num_rows * inst.cluster, plan.ctas_on_device, limits.l2_bytes),
                         plan.programmatic};
-  void* args[] = {const_cast<KernelParams*>(&kp)};
+  // The sampled kernel's second parameter (the other kernels have one: the
+  // launch reads as many arguments as the kernel takes).
+  void* args[] = {const_cast<KernelParams*>(&kp), const_cast<EntryRows*>(&hooks.entries)};
   cudaLaunchAttribute attrs[2] = {};
   const cudaLaunchConfig_t cfg = launch_config(plan, inst, params.num_rows, stream, plan.programmatic, attrs);
   const cudaError_t err = cfg.numAttrs > 0 ? cudaLaunchKernelExC(&cfg, inst.kernel, args)

@@ -31,7 +31,28 @@ enum class TopkEngine {
                      //   K >= 1024, num_cols at most that many CTAs' parts
 };
 
-// Test hooks; the operator uses the defaults.
+// Rows a launch takes as entries instead of scores (the decode bar
+// selection's long rows, decode/bar_select.cuh): row t, when it has at
+// least stored_below keys, is the count[t] order keys at areas + t *
+// capacity (score key << 32 | ~position, selection/device/candidates.cuh)
+// that a sink kept from its scores, every key of the row at or above
+// floor[t] among them and K of them at or above it, so the row's top K are
+// the top K of its entries at or above floor[t] (every tie with the K-th
+// included). Shorter rows are scores at scores + t * stride as usual. Such
+// a launch runs the sampled kernel (WideRows for at most a row an SM at K
+// >= 1024, else LongRows): its entry rows take the candidate buffer, the
+// window select and the write-out the scored rows use, so one launch takes
+// both kinds of row. Active when areas is set.
+struct EntryRows {
+  const std::uint32_t* count = nullptr;  // [rows]
+  const std::uint64_t* areas = nullptr;  // [rows, capacity]
+  std::int64_t capacity = 0;             // entries an area holds
+  const std::uint32_t* floor = nullptr;  // [rows]
+  std::int32_t stored_below = 0;         // rows of fewer keys are scores
+};
+
+// Test hooks; the operator uses the defaults (the decode operator sets
+// entries).
 struct TopkHooks {
   // Replace the sampled threshold by forced_threshold_key (forces a path:
   // high -> underflow, 0 -> every key a candidate -> overflow on long rows,
@@ -62,6 +83,9 @@ struct TopkHooks {
   // the resident kernel with fewer rows than the device holds CTAs of
   // it).
   bool after_producer = false;
+  // Rows given as entries (EntryRows); the engine must be kAuto and no
+  // threshold forced.
+  EntryRows entries;
 };
 
 // Runs dsa::topk on params (already validated; device pointers) on `stream`:

@@ -26,6 +26,7 @@
 #include "selection/device/radix.cuh"
 #include "selection/threshold.h"
 #include "selection/topk/config.h"
+#include "selection/topk/topk.h"
 #include "selection/topk/trace.h"
 
 namespace dsa::selection::topk {
@@ -122,6 +123,77 @@ class RowSelect {
     if (cluster.block_rank() != 0) return false;
     finish(trace, tau, totals, ties_counted);
     return true;
+  }
+
+  // An entry row (KernelParams::entries) instead of select(): its entries
+  // at or above the floor packed into the candidate buffer (past its
+  // capacity every pass reads the area again and skips the rest), then the
+  // window select over them, or all of them when they are at most K (a
+  // floor above 0 has K entries at or above it, so only a row whose floor
+  // is 0 has fewer). Leaves the K winners in sh.out. The floor keeps every
+  // tie with the K-th entry, so any tie rule cuts among the entries.
+  __device__ void select_entries(const EntryRows& e, std::int64_t t) {
+    const std::uint64_t* area = e.areas + t * e.capacity;
+    // An area holds an entry for each key of the row, so the count never
+    // passes it; the clamp keeps a broken count inside the area.
+    const std::uint32_t c = min(e.count[t], static_cast<std::uint32_t>(e.capacity));
+    const std::uint32_t floor = e.floor[t];
+    auto& cand = sh_.phase.candidates;
+    constexpr auto kCapacity = static_cast<std::uint32_t>(G::kCandidateCapacity);
+    std::uint32_t lo = kMaxKey, hi = 0;
+    __syncthreads();  // topk_row's zeroed counters visible
+#pragma unroll 4
+    for (std::uint32_t i = threadIdx.x; i < c; i += G::kThreads) {
+      const std::uint64_t v = __ldg(area + i);
+      const auto key = static_cast<std::uint32_t>(v >> 32);
+      if (key < floor) continue;
+      lo = min(lo, key);
+      hi = max(hi, key);
+      const std::uint32_t slot = atomicAdd(&sh_.gt_slots, 1u);
+      if (slot < kCapacity) {
+        cand.keys[slot] = key;
+        cand.pos[slot] = device::order_pos(v);
+      }
+    }
+    sh_.key_range.publish(lo, hi);
+    __syncthreads();  // the count, the packed entries and the key range visible
+    const std::uint32_t n = sh_.gt_slots;
+    sh_.key_range.gather(lo, hi);
+    // Rows of at most K entries pad out[]; longer ones select into it, with
+    // the select's histogram (sharing out's storage) zero until then.
+    if (n <= K) {
+      for (int i = threadIdx.x; i < K; i += G::kThreads) sh_.out[i] = device::kEmptySlot;
+    } else {
+      for (int b = threadIdx.x; b < device::kWindowBins; b += G::kThreads) sh_.select_histogram[b] = 0;
+    }
+    __syncthreads();
+    const bool in_smem = n <= kCapacity;  // the same for every thread
+    const std::uint32_t end = in_smem ? n : c;
+    const auto items = [&](auto&& fn) {
+      for (std::uint32_t base = 0; base < end; base += G::kThreads) {
+        const std::uint32_t i = base + threadIdx.x;
+        bool present = i < end;
+        std::uint32_t key = 0;
+        std::int32_t pos = 0;
+        if (present) {
+          if (in_smem) {
+            key = cand.keys[i];
+            pos = cand.pos[i];
+          } else {
+            const std::uint64_t v = __ldg(area + i);
+            key = static_cast<std::uint32_t>(v >> 32);
+            pos = device::order_pos(v);
+            present = key >= floor;
+          }
+        }
+        fn(key, pos, present);
+      }
+    };
+    if (n <= K) {
+      emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
+    } else {
+      emitter().template select_and_emit_window<Cfg::kWarps>(items, K, lo, hi, sh_.select_histogram, sh_.window);
+    }
   }
 
  private:
@@ -269,12 +341,23 @@ class RowSelect {
   __device__ void direct() { device::emit_whole_row<K, G::kThreads>(sh_.out, row_, len_); }
 
   // sh.out (K order keys) -> indices/values of the row, sorted if asked.
+  // Values are the scores' own bits, or with kFromKeys (an entry row, whose
+  // scores were not stored) the keys' scores: score_key is invertible on
+  // every score but NaN, which ranks (and is reported) as -inf.
+  template <bool kFromKeys = false>
   __device__ void write_out(std::int64_t row_index, std::int32_t ks) const {
     const float* row = row_;
-    device::write_row<K, G::kThreads, typename Cfg::BlockSort>(
-        sh_.out, sh_.phase.sort, p_.indices + row_index * K,
-        p_.values != nullptr ? p_.values + row_index * K : nullptr, p_.relative_indices ? 0 : ks, p_.sorted,
-        p_.smallest_index_ties, [row](std::int32_t pos, std::uint32_t) { return __ldg(row + pos); });  // the score's own bits
+    const auto write = [&](const auto& value) {
+      device::write_row<K, G::kThreads, typename Cfg::BlockSort>(
+          sh_.out, sh_.phase.sort, p_.indices + row_index * K,
+          p_.values != nullptr ? p_.values + row_index * K : nullptr, p_.relative_indices ? 0 : ks, p_.sorted,
+          p_.smallest_index_ties, value);
+    };
+    if constexpr (kFromKeys) {
+      write([](std::int32_t, std::uint32_t key) { return key_score(key); });
+    } else {
+      write([row](std::int32_t pos, std::uint32_t) { return __ldg(row + pos); });
+    }
   }
 
  private:
@@ -526,9 +609,10 @@ class RowSelect {
 };
 
 // One row a CTA (kSplit false), or one row a cluster (kSplit: the row's
-// CTAs are consecutive blocks, rank 0 writes the result).
-template <int K, class G, bool kSplit>
-__device__ __forceinline__ void topk_row(const KernelParams& p) {
+// CTAs are consecutive blocks, rank 0 writes the result). kEntries: rows of
+// at least entries.stored_below keys are entry rows (EntryRows).
+template <int K, class G, bool kSplit, bool kEntries = false>
+__device__ __forceinline__ void topk_row(const KernelParams& p, const EntryRows& entries = {}) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Config<K, G>::SharedStorage*>(smem);
   unsigned rank = 0;
@@ -546,6 +630,15 @@ __device__ __forceinline__ void topk_row(const KernelParams& p) {
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
   }
+  if constexpr (kEntries) {
+    static_assert(!kSplit, "an entry row is one CTA's");
+    if (!row_stores_scores(range, entries.stored_below)) {  // the same for every thread
+      row.select_entries(entries, t);
+      __syncthreads();  // sh.out is complete
+      row.template write_out<true>(t, ks);
+      return;
+    }
+  }
   TopkRowTrace trace{TopkPath::kDirect, 0, 0, 0, 0, 0};
   if (len <= K) {
     if (rank != 0) return;  // no other CTA of the cluster reads this one
@@ -560,10 +653,14 @@ __device__ __forceinline__ void topk_row(const KernelParams& p) {
   if (p.trace != nullptr && threadIdx.x == 0) p.trace[t] = trace;
 }
 
-template <int K, class G>
-__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(const KernelParams p) {
+// `entries`: TopkHooks::entries, read by the kEntries instance only (a
+// parameter of its own, so the other instances' KernelParams and code stay
+// as they are).
+template <int K, class G, bool kEntries = false>
+__global__ void __launch_bounds__(G::kThreads, G::kMinCtasPerSm) topk_kernel(const KernelParams p,
+                                                                            const EntryRows entries) {
   wait_for_producer(p);
-  topk_row<K, G, false>(p);
+  topk_row<K, G, false, kEntries>(p, entries);
 }
 
 // Launched with a cluster of 2 to kMaxSplit CTAs a row (grid = rows x
