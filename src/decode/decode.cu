@@ -314,42 +314,30 @@ Status launch_merge_kernel(const MergeArgs& args, CUstream_st* stream) {
   return Status::Ok();
 }
 
-// row_mask: rows with bit 0 clear score nothing (null: every row); a mask
-// is the kernel ahead's output, so the launch is programmatic after it (the
-// scoring kernel waits for it before reading the mask).
 template <int kHeads, class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
-                            const scoring::PagedKeys& keys, const std::uint32_t* row_mask) {
-  const bool programmatic = row_mask != nullptr;
+                            const scoring::PagedKeys& keys) {
   switch (columns) {
-    case 64:
-      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, row_mask, sink, stream, keys,
-                                                                          programmatic);
-    case 128:
-      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, row_mask, sink, stream, keys,
-                                                                           programmatic);
-    default:
-      return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, row_mask, sink, stream, keys,
-                                                                           programmatic);
+    case 64: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys);
+    case 128: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 128>(in, nullptr, sink, stream, keys);
+    default: return scoring::launch_scoring<kHeads, Sink, scoring::PagedKeys, 256>(in, nullptr, sink, stream, keys);
   }
 }
 
 template <class Sink>
 Status launch_paged_scoring(const IndexerInputs& in, int columns, const Sink& sink, CUstream_st* stream,
-                            const scoring::PagedKeys& keys, const std::uint32_t* row_mask = nullptr) {
-  return in.num_heads == 64 ? launch_paged_scoring<64>(in, columns, sink, stream, keys, row_mask)
-                            : launch_paged_scoring<32>(in, columns, sink, stream, keys, row_mask);
+                            const scoring::PagedKeys& keys) {
+  return in.num_heads == 64 ? launch_paged_scoring<64>(in, columns, sink, stream, keys)
+                            : launch_paged_scoring<32>(in, columns, sink, stream, keys);
 }
 
-// The unfused pipeline over a batch's launch rows (rows with row_mask 0
-// skipped and left as they are, when set): the scores into the buffer,
-// then the standalone top-k into `indices` / `values` (the output's rows,
-// or the workspace's when the plan maps them).
+// The unfused pipeline over a batch's launch rows: the scores into the
+// buffer, then the standalone top-k into `indices` / `values` (the
+// output's rows, or the workspace's when the plan maps them).
 Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, const IndexerInputs& in,
-                      const scoring::PagedKeys& keys, float* scores, const std::uint32_t* row_mask,
-                      std::int32_t* indices, float* values, CUstream_st* stream) {
-  Status st = launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys,
-                                   row_mask);
+                      const scoring::PagedKeys& keys, float* scores, std::int32_t* indices, float* values,
+                      CUstream_st* stream) {
+  Status st = launch_paged_scoring(in, plan.block_columns, scoring::StoreSink{scores, plan.score_stride}, stream, keys);
   if (!st.ok()) return st;
   TopkParams tp;
   tp.scores = scores;
@@ -362,7 +350,6 @@ Status launch_unfused(const PagedPlan& plan, const PagedIndexerTopkParams& p, co
   tp.values = values;
   tp.options = p.options;
   selection::topk::TopkHooks th;
-  th.row_mask = row_mask;
   th.after_producer = scoring::scoring_launches(in);
   return selection::topk::launch_topk(tp, stream, th);
 }
@@ -633,7 +620,7 @@ Status launch_indexer_topk_paged(const PagedIndexerTopkParams& p, CUstream_st* s
     float* values = p.values == nullptr ? nullptr
                     : plan.mapped       ? workspace_piece<float>(workspace, w.values)
                                         : p.values + first * p.next_n * K;
-    const Status st = launch_unfused(plan, p, in, keys, scores, nullptr, indices, values, stream);
+    const Status st = launch_unfused(plan, p, in, keys, scores, indices, values, stream);
     if (!st.ok()) return st;
     if (plan.mapped) {
       const MapArgs args{indices,

@@ -14,7 +14,6 @@
 #include "common/keys.h"
 #include "common/launch_cache.h"
 #include "common/row_range.cuh"
-#include "common/sm90/grid_dependency.cuh"
 #include "common/warp.h"
 #include "fused/config.h"
 #include "fused/trace.h"
@@ -63,7 +62,7 @@ struct SelectArgs {
   const std::uint32_t* count;         // [T] entries staged (scores > tau, ties within budget)
   const std::uint64_t* candidates;    // [T, capacity] order keys
   std::uint32_t capacity;
-  const std::uint32_t* unstaged;      // [T] ties with tau left out, or null: none (a filter that stages every tie)
+  const std::uint32_t* unstaged;      // [T] ties with tau left out
   std::int32_t* indices;              // [T, K]
   float* values;                      // [T, K] or null
   bool relative_indices;
@@ -71,22 +70,6 @@ struct SelectArgs {
   bool sorted;
   std::uint32_t* flags;               // [T] out: RowFlag (common/row_range.cuh)
   FusedRowTrace* trace;               // [T] or null
-  // [T] or null: a row's entries with a key below floor[t] are passed over.
-  // A floor above 0 must have K of the row's entries at or above it (the
-  // decode bar selection's: decode/bar_select.cuh), so that the rest are in
-  // no top K and every tie with the K-th entry stays.
-  const std::uint32_t* floor = nullptr;
-  // Rows of fewer keys than this stored their scores instead of entries
-  // (the decode bar selection's short rows: decode/bar_select.cuh), as
-  // floats over the start of their areas (a row's positions, len of them):
-  // they are selected from those and flagged kRowStored.
-  std::int32_t stored_below = 0;
-  // Launched programmatically after the kernel that writes count,
-  // candidates and floor (the decode bar selection's scoring kernel): its
-  // launch latency hides behind that kernel's end. Every CTA waits for that
-  // kernel first, stored rows' too, so this grid never ends before it (the
-  // kernels launched programmatically after this one read its writes).
-  bool after_producer = false;
 };
 
 template <int K, int Threads>
@@ -95,21 +78,13 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<typename Cfg::SharedStorage*>(smem);
   const std::int64_t t = blockIdx.x;
-  // Every CTA is resident once all have passed this: the kernel after it
-  // (the decode repair's scoring, launched programmatically) may take the
-  // SMs they leave and wait there for this grid's end.
-  sm90::allow_dependent_launch();
-  sm90::wait_for_prerequisite_grids();  // after_producer (a no-op otherwise)
   const RowRange r = row_range(a.ks, a.ke, nullptr, t, a.num_keys);
   const auto len = static_cast<std::uint32_t>(r.end - r.begin);
-  // A stored row's len scores are its entries, every key (the same for
-  // every thread; the prefill operator stores no row).
-  const bool stored = row_stores_scores(r, a.stored_below);
-  const std::uint32_t c = stored ? len : a.count[t];
-  const std::uint32_t unstaged = a.unstaged != nullptr && !stored ? a.unstaged[t] : 0u;
-  const bool certified = stored || fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
+  const std::uint32_t c = a.count[t];
+  const std::uint32_t unstaged = a.unstaged[t];
+  const bool certified = fused_certified(c, unstaged, len, K, a.capacity, a.smallest_index_ties);
   if (threadIdx.x == 0) {
-    a.flags[t] = stored ? kRowStored : certified ? kRowDone : kRowRescore;
+    a.flags[t] = certified ? kRowDone : kRowRescore;
     if (a.trace != nullptr) {
       a.trace[t].path = certified ? FusedPath::kCertified : FusedPath::kRepaired;
       a.trace[t].count = c + unstaged;
@@ -118,80 +93,36 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
   }
   if (!certified) return;  // the same for every thread
 
-  const std::uint64_t* area = a.candidates + t * a.capacity;
-  const float* stored_scores = reinterpret_cast<const float*>(area);
-  // Entry i of the row: its order key's halves.
-  const auto entry = [&](std::uint32_t i, std::uint32_t& key, std::int32_t& pos) {
-    if (stored) {
-      key = score_key_fast(__ldg(stored_scores + i));
-      pos = static_cast<std::int32_t>(i);
-    } else {
-      const std::uint64_t v = __ldg(area + i);
-      key = static_cast<std::uint32_t>(v >> 32);
-      pos = selection::device::order_pos(v);
-    }
-  };
-  const std::uint32_t floor = a.floor != nullptr && !stored ? a.floor[t] : 0u;
-  // The entries the select takes: with a floor, those at or above it,
-  // packed into shared memory by a first pass (n of them; past
-  // kSmemCandidates the passes read the area and skip the rest again).
-  std::uint32_t n = c;
-  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
-  if (floor != 0) {  // the same for every thread
-    if (threadIdx.x == 0) sh.emitted = 0;
-    __syncthreads();
-#pragma unroll 4
-    for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
-      const std::uint64_t v = __ldg(area + i);
-      const auto key = static_cast<std::uint32_t>(v >> 32);
-      if (key < floor) continue;
-      lo = min(lo, key);
-      hi = max(hi, key);
-      const std::uint32_t slot = atomicAdd(&sh.emitted, 1u);
-      if (slot < static_cast<std::uint32_t>(Cfg::kSmemCandidates)) {
-        sh.keys[slot] = key;
-        sh.pos[slot] = selection::device::order_pos(v);
-      }
-    }
-    __syncthreads();  // the count and the packed entries visible
-    n = sh.emitted;
-    __syncthreads();  // every thread has the count before it is reset below
-  }
-  // Rows of at most K entries emit them all and pad the rest of out[];
+  // Rows of at most K candidates emit them all and pad the rest of out[];
   // longer ones select K into it, with the select's histogram in its place
   // until then (the same for every thread).
-  if (n <= K) {
+  if (c <= K) {
     for (int i = threadIdx.x; i < K; i += Threads) sh.emit.out[i] = selection::device::kEmptySlot;
   } else {
     for (int b = threadIdx.x; b < selection::device::kWindowBins; b += Threads) sh.emit.histogram[b] = 0;
   }
   if (threadIdx.x == 0) sh.emitted = 0;
-  const bool in_smem = n <= static_cast<std::uint32_t>(Cfg::kSmemCandidates);  // the same for every thread
-  const bool packed = floor != 0;  // shared memory holds the entries at or above the floor (when in_smem)
-  if (!packed) {
+  const std::uint64_t* area = a.candidates + t * a.capacity;
+  const bool in_smem = c <= static_cast<std::uint32_t>(Cfg::kSmemCandidates);  // the same for every thread
+  std::uint32_t lo = 0xFFFFFFFFu, hi = 0;
 #pragma unroll 4
-    for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
-      std::uint32_t key = 0;
-      std::int32_t pos = 0;
-      entry(i, key, pos);
-      lo = min(lo, key);
-      hi = max(hi, key);
-      if (in_smem) {
-        sh.keys[i] = key;
-        sh.pos[i] = pos;
-      }
+  for (std::uint32_t i = threadIdx.x; i < c; i += Threads) {
+    const std::uint64_t v = __ldg(area + i);
+    const auto key = static_cast<std::uint32_t>(v >> 32);
+    lo = min(lo, key);
+    hi = max(hi, key);
+    if (in_smem) {
+      sh.keys[i] = key;
+      sh.pos[i] = selection::device::order_pos(v);
     }
   }
   sh.key_range.publish(lo, hi);
   __syncthreads();  // out[], the counter, the shared-memory candidates and the key range visible
   sh.key_range.gather(lo, hi);
-  // Shared memory: the n entries; the area: its c entries, those under the
-  // floor absent.
-  const std::uint32_t items_end = in_smem ? n : c;
   const auto items = [&](auto&& fn) {
-    for (std::uint32_t base = 0; base < items_end; base += Threads) {
+    for (std::uint32_t base = 0; base < c; base += Threads) {
       const std::uint32_t i = base + threadIdx.x;
-      bool present = i < items_end;
+      const bool present = i < c;
       std::uint32_t key = 0;
       std::int32_t pos = 0;
       if (present) {
@@ -199,15 +130,16 @@ __global__ void __launch_bounds__(Threads, 1) select_kernel(const SelectArgs a) 
           key = sh.keys[i];
           pos = sh.pos[i];
         } else {
-          entry(i, key, pos);
-          present = key >= floor;
+          const std::uint64_t v = __ldg(area + i);
+          key = static_cast<std::uint32_t>(v >> 32);
+          pos = selection::device::order_pos(v);
         }
       }
       fn(key, pos, present);
     }
   };
   const selection::device::Emitter<K> emitter(sh.emit.out, &sh.emitted, sh.radix, a.smallest_index_ties);
-  if (n <= K) {
+  if (c <= K) {
     emitter.emit_if(items, [](std::uint32_t, std::int32_t) { return true; });
   } else {
     emitter.template select_and_emit_window<Cfg::kWarps>(items, K, lo, hi, sh.emit.histogram, sh.window);
@@ -229,15 +161,8 @@ Status launch_select_kernel(const SelectArgs& args, unsigned rows, int device, C
   auto kernel = select_kernel<K, Threads>;
   const Status st = LaunchCache::get().allow_shared_memory(reinterpret_cast<const void*>(kernel), device, kSmem);
   if (!st.ok()) return st;
-  cudaLaunchAttribute attr = sm90::programmatic_serialization();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(rows);
-  cfg.blockDim = dim3(Threads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = args.after_producer ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args);
+  kernel<<<rows, Threads, kSmem, stream>>>(args);
+  const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? Status::Ok() : cuda_status(err, std::string(what) + ": select kernel launch");
 }
 
@@ -249,18 +174,6 @@ Status launch_select_kernel(const SelectArgs& args, unsigned rows, bool wide, in
   constexpr int kWide = wide_select_threads(K);
   return wide ? launch_select_kernel<K, kWide>(args, rows, device, stream, what)
               : launch_select_kernel<K, kSelectThreads>(args, rows, device, stream, what);
-}
-
-// The instance of a K the operators take (512, 1024, 2048); another K is an
-// internal error (the API validated it).
-inline Status launch_select_kernel(const SelectArgs& args, int k, unsigned rows, bool wide, int device,
-                                   CUstream_st* stream, const char* what) {
-  switch (k) {
-    case 512: return launch_select_kernel<512>(args, rows, wide, device, stream, what);
-    case 1024: return launch_select_kernel<1024>(args, rows, wide, device, stream, what);
-    case 2048: return launch_select_kernel<2048>(args, rows, wide, device, stream, what);
-    default: return {StatusCode::kInternal, std::string(what) + ": K " + std::to_string(k) + " has no select kernel"};
-  }
 }
 
 }  // namespace dsa::fused

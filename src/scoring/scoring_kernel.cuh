@@ -581,11 +581,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::barrier_init_fence();
   }
   sink.init(sink_storage<Sink>(smem));
-  // A row mask is the kernel ahead's output (a repair's flags): launched
-  // programmatically after it, every CTA waits for it before the search
-  // reads the mask (a no-op after an ordinary launch), so this grid also
-  // never ends before that one.
-  if (args.row_mask != nullptr) sm90::wait_for_prerequisite_grids();
   // Every thread takes part in the search. Its barriers publish the
   // initialisation above, and it ends with one after which no thread writes
   // the shared memory it used (smem.run is only read from then on).

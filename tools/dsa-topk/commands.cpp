@@ -1088,10 +1088,10 @@ void print_decode_table(const std::vector<DecodeRow>& rows, const GpuCeilings* c
                "kept in\nthe scoring kernel's shared memory, no scores stored, no top-k launch); xssel = its ms / the "
                "operator's\n"
                "bsel ms: the bar selection pinned (one-token rows of 64 heads: the scoring kernel keeps only the "
-               "scores at or\nabove a bar raised from its own counts, the fused prefill select stage takes the top "
-               "K); xbsel = its ms / the operator's; bent % = the entries it kept, % of the keys of the rows that "
-               "kept\nentries; brep = rows it repaired; bsto = rows that stored their scores for the standalone top-k "
-               "(shorter than\nthe route's threshold)\n");
+               "scores at or\nabove a bar raised from its own counts, the standalone top-k takes the top K from "
+               "them); xbsel = its ms / the operator's;\nbent % = the entries it kept, % of the keys of the rows that "
+               "kept entries; brep = rows it repaired (none: an area\nholds a whole row); bsto = rows that stored "
+               "their scores instead (shorter than the route's threshold)\n");
   }
   fmt::print("\n");
   fmt::print(kDecodeColumns, "dist", "back", "B", "next_n", "L", "bs", "K", "ms", "GB/s", "%read", "hbm ms", "fp8 ms",
