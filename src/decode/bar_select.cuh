@@ -504,11 +504,16 @@ struct BarFilterSink {
 
 // The rows' state (plan.h, BarState: counts, floors, histograms) zeroed
 // before the scoring kernel, which is launched programmatically and starts
-// at once.
+// at once, and each row's RowFlag written (for tools). A block a row: the
+// row's range read once, and a row that stores its scores has only its six
+// words zeroed (nothing counts into its histograms), so a batch of short
+// rows costs a launch and a load a block. The scoring kernel's CTAs take
+// the whole register file, so none starts on an SM before this kernel's
+// blocks there end: its time is on the operator's path.
 inline constexpr int kBarZeroThreads = 256;
 struct BarZeroArgs {
   std::uint32_t* state;  // [kBarStateWords * rows]
-  std::uint32_t* flags;  // [rows] out: kRowStored or kRowDone (RowFlag), for tools
+  std::uint32_t* flags;  // [rows] out: kRowStored or kRowDone (RowFlag)
   std::int64_t rows;
   const std::int32_t* ks;  // the batch's ranges, as the scoring kernel reads them
   const std::int32_t* ke;
@@ -517,21 +522,15 @@ struct BarZeroArgs {
 };
 __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(const BarZeroArgs a) {
   sm90::allow_dependent_launch();
-  const std::int64_t words = kBarStateWords * a.rows;
-  const std::int64_t bins = kBarBins * a.rows, subs = kBarZoomSub * a.rows;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; i < words;
-       i += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
-    if (i >= bins) {  // a row's histogram word: left as it is when the row stores its scores
-      const std::int64_t row = i < subs ? (i - bins) / kSelectBins : (i - subs) / kBarZoomBins;
-      if (row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below)) continue;
-    }
-    a.state[i] = 0;
-  }
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(kBarZeroThreads) + threadIdx.x; row < a.rows;
-       row += static_cast<std::int64_t>(gridDim.x) * kBarZeroThreads) {
-    const bool stored = row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below);
-    a.flags[row] = stored ? kRowStored : kRowDone;
-  }
+  const std::int64_t row = blockIdx.x;
+  const bool stored = row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below);
+  if (threadIdx.x < kBarBins) a.state[threadIdx.x * a.rows + row] = 0;
+  if (threadIdx.x == 0) a.flags[row] = stored ? kRowStored : kRowDone;
+  if (stored) return;  // the same for every thread
+  std::uint32_t* bins = a.state + kBarBins * a.rows + row * kSelectBins;
+  for (int i = static_cast<int>(threadIdx.x); i < kSelectBins; i += kBarZeroThreads) bins[i] = 0;
+  std::uint32_t* subs = a.state + kBarZoomSub * a.rows + row * kBarZoomBins;
+  for (int i = static_cast<int>(threadIdx.x); i < kBarZoomBins; i += kBarZeroThreads) subs[i] = 0;
 }
 
 }  // namespace dsa::decode

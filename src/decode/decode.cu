@@ -370,11 +370,10 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   auto* state = workspace_piece<std::uint32_t>(workspace, w.bar_state);
   auto* flags = workspace_piece<std::uint32_t>(workspace, w.bar_flags);
   auto* candidates = workspace_piece<std::uint64_t>(workspace, w.bar_candidates);
-  const std::int64_t words = kBarStateWords * rows;
-  constexpr std::int64_t kMaxZeroBlocks = 1024;  // the rest by the grid's stride
+  if (rows == 0) return Status::Ok();
   const auto stored_below = static_cast<std::int32_t>(plan.bar_stored_below);
-  bar_zero_kernel<<<static_cast<unsigned>(std::min((words + kBarZeroThreads - 1) / kBarZeroThreads, kMaxZeroBlocks)),
-                    kBarZeroThreads, 0, stream>>>(BarZeroArgs{state, flags, rows, in.ks, in.ke, in.num_keys, stored_below});
+  bar_zero_kernel<<<static_cast<unsigned>(rows), kBarZeroThreads, 0, stream>>>(
+      BarZeroArgs{state, flags, rows, in.ks, in.ke, in.num_keys, stored_below});
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
