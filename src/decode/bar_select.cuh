@@ -310,8 +310,8 @@ struct BarFilterSink {
   // Copies the warp's staged entries to row t0's area (warp-collective): one
   // claim on the row's count for the warp, then the entries in staging-lane
   // order, coalesced. The area holds every key of the row (entries past it,
-  // which would be a bug, are counted, not stored, and the select stage
-  // flags the row).
+  // which would be a bug, are counted, not stored; the top-k reads no
+  // more than the area).
   template <int R>
   __device__ __forceinline__ void flush(Lane<R>& st, Shared& sh, std::int64_t t0, int lane) const {
     const int warp = math_warp();

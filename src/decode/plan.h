@@ -102,13 +102,16 @@ inline constexpr std::int64_t kFusedSelectMaxCtas = 256;
 // (docs/perf-log.md D66); at 64K keys the bar was already 0.98x of it.
 inline constexpr std::int64_t kBarStoredBelowKeys = 65536;
 // Where the bar selection is faster than the unfused pipeline (A/B on an
-// H100, docs/perf-log.md D59, D60, D65, D69, D70): at least
+// H100, docs/perf-log.md D59, D60, D65, D72, D73): at least
 // kBarSelectMinRows rows a batch and a table of at least kBarSelectMinKeys
 // keys a request, so that a long row is one or two CTAs' pieces and its bar
 // rises early (128 and 256 x 128K measured 0.95x and 0.93x; 32 x 128K was
 // level). The table's width is not the rows' lengths: rows shorter than
-// kBarStoredBelowKeys store their scores instead, so a table wider than the
-// batch's contexts costs the route's fixed launches, not a slower selection.
+// kBarStoredBelowKeys store their scores and the same top-k launch selects
+// them, so a table wider than the batch's contexts costs the zero kernel
+// and little else (256 x 8K 1.02x, 128 x 32K 1.00-1.01x under a 128K
+// table). Rows whose scores are all equal keep every key (1.31x at 256 x
+// 128K on the ties generator's rows, D73).
 inline constexpr std::int64_t kBarSelectMinKeys = 131072;
 inline constexpr std::int64_t kBarSelectMinRows = 128;
 
