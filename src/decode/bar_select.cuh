@@ -31,11 +31,13 @@
 //     as floats over its own area (its pieces' math warps through
 //     StoreSink; its helper only waits out its units), and the top-k
 //     selects it from them as the unfused route would (flagged kRowStored,
-//     common/row_range.cuh, by the zero kernel, for tools). A short row keeps most of its keys before any bar rises
-//     (a piece of n keys keeps about K (1 + ln(n / K))), so entries of
-//     twice a score's bytes cost more than the scores. The plan sees only the table's width, never the lengths, so
-//     only a choice made here, row by row, lets the route run long rows and
-//     short ones each its faster way (docs/perf-log.md D66, D69).
+//     common/row_range.cuh, by the zero kernel, for tools). A short row
+//     keeps most of its keys before any bar rises (a piece of n keys keeps
+//     about K (1 + ln(n / K))), so entries of twice a score's bytes cost
+//     more than the scores. The plan sees only the table's width, never the
+//     lengths, so only a choice made here, row by row, lets the route run
+//     long rows and short ones each its faster way (docs/perf-log.md D66,
+//     D69).
 //   * bar_zero_kernel zeroes the rows' state before the scoring kernel,
 //     which is launched programmatically and waits for it before its first
 //     claim (not a stored row's histograms: nothing counts into them).
