@@ -23,7 +23,9 @@ enum RowFlag : std::uint32_t { kRowDone = 0, kRowRescore = 1, kRowStored = 2 };
 static_assert((kRowRescore & 1u) != 0 && (kRowStored & 1u) == 0, "row_range tests bit 0");
 
 // Whether a row of the decode bar selection stores its scores instead of
-// keeping entries: fewer keys than stored_below (PagedPlan::bar_stored_below).
+// keeping entries by its length: fewer keys than stored_below
+// (PagedPlan::bar_stored_below). Its zero kernel also stores a row whose
+// query is zero, and flags each row for the kernels after it.
 __host__ __device__ __forceinline__ bool row_stores_scores(const RowRange& r, std::int32_t stored_below) {
   return r.end - r.begin < stored_below;
 }

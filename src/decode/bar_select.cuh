@@ -27,7 +27,8 @@
 //     bits too, the helpers add those counts into the row's, and they
 //     raise the bar inside the bin on the same certificate: K kept entries
 //     in the bins above and the sub-bins at or above the bar.
-//   * A row of fewer than stored_below keys stores its scores instead,
+//   * A row of fewer than stored_below keys, or one whose query is zero
+//     (every score 0, one tie no bar cuts), stores its scores instead,
 //     as floats over its own area (its pieces' math warps through
 //     StoreSink; its helper only waits out its units), and the top-k
 //     selects it from them as the unfused route would (flagged kRowStored,
@@ -228,9 +229,10 @@ struct BarFilterSink {
   std::uint32_t* row_sub_top;  // [rows] (zeroed likewise): the highest sub-bin of row_sub with a count
   std::uint32_t capacity;
   std::uint32_t k;            // K
-  // Rows of fewer keys store their scores here (over their areas, as
-  // floats) instead of keeping entries.
-  std::int32_t stored_below;
+  // [rows] the zero kernel's RowFlag: rows flagged kRowStored (too short,
+  // or a zero query) store their scores here (over their areas, as floats)
+  // instead of keeping entries.
+  const std::uint32_t* flags;
   scoring::StoreSink store;
 
   struct Shared {
@@ -250,7 +252,7 @@ struct BarFilterSink {
   struct Lane {
     std::uint32_t slot;    // the unit's slot
     std::uint32_t staged;  // this lane's entries staged
-    bool stores;           // the unit's row stores its scores (stored_below)
+    bool stores;           // the unit's row stores its scores (flagged kRowStored)
   };
 
   __device__ void init(Shared& sh) const {
@@ -268,13 +270,15 @@ struct BarFilterSink {
       }
     }
   }
-  // The row's length from lane 0, which holds the row's range (lanes
-  // past the block's one query hold an empty one): the same choice for
-  // the whole warp.
+  // The row's flag, read by lane 0 once the zero kernel has ended (the
+  // scoring kernel's CTAs cannot start beside its blocks, which hold the
+  // register file, so the wait is for its last blocks at most): the same
+  // choice for the whole warp.
   template <int R>
-  __device__ Lane<R> begin(std::uint32_t slot, std::int64_t, int, const RowRange (&rows)[R], int) const {
+  __device__ Lane<R> begin(std::uint32_t slot, std::int64_t t0, int lane, const RowRange (&)[R], int) const {
     static_assert(R == 1, "one query a block: a unit is a piece of one row");
-    const bool stores = __shfl_sync(kFullWarp, row_stores_scores(rows[0], stored_below) ? 1 : 0, 0) != 0;
+    sm90::wait_for_prerequisite_grids();
+    const bool stores = __shfl_sync(kFullWarp, lane == 0 && flags[t0] == kRowStored ? 1 : 0, 0) != 0;
     return {slot, 0u, stores};
   }
 
@@ -423,7 +427,7 @@ struct BarFilterSink {
       if (unit.tiles == 0) return;
       // A row that stores its scores counts nothing and has no bar: the
       // slot is released once its math threads are done with it.
-      if (row_stores_scores(smem.rows[slot][0], stored_below)) {
+      if (flags[unit.t0] == kRowStored) {
         sm90::barrier_wait(&sh.done[slot], parity);
         sm90::barrier_arrive(&smem.unit_empty[slot]);
         continue;
@@ -506,13 +510,20 @@ struct BarFilterSink {
 
 // The rows' state (plan.h, BarState: counts, floors, histograms) zeroed
 // before the scoring kernel, which is launched programmatically and starts
-// at once, and each row's RowFlag written (for tools). A block a row: the
-// row's range read once, and a row that stores its scores has only its six
-// words zeroed (nothing counts into its histograms), so a batch of short
-// rows costs a launch and a load a block. The scoring kernel's CTAs take
-// the whole register file, so none starts on an SM before this kernel's
+// at once, and each row's RowFlag written: kRowStored for a row that
+// stores its scores, kRowDone for one that keeps entries. A block a row:
+// the row's range read once, and a storing row has only its six words
+// zeroed (nothing counts into its histograms), so a batch of short rows
+// costs a launch and a load a block. The scoring kernel's CTAs take the
+// whole register file, so none starts on an SM before this kernel's
 // blocks there end: its time is on the operator's path.
+// A row stores its scores when it has fewer than stored_below keys, or
+// (stored_below > 0) when its query is all zero: every score is then 0,
+// one tie, which no bar can cut, so as entries the whole row would be kept
+// at 8 bytes a key and re-read by every pass of the top-k's select.
 inline constexpr int kBarZeroThreads = 256;
+inline constexpr int kBarQueryBytes = 64 * kHeadDim;  // a row's query: one token, 64 heads, FP8
+static_assert(kBarQueryBytes % (kBarZeroThreads * 16) == 0, "a row's query in 16-byte loads over the block");
 struct BarZeroArgs {
   std::uint32_t* state;  // [kBarStateWords * rows]
   std::uint32_t* flags;  // [rows] out: kRowStored or kRowDone (RowFlag)
@@ -521,11 +532,24 @@ struct BarZeroArgs {
   const std::int32_t* ke;
   std::int64_t num_keys;
   std::int32_t stored_below;
+  const std::uint8_t* q;  // [rows, 64, kHeadDim] FP8 e4m3
 };
 __global__ void __launch_bounds__(kBarZeroThreads) bar_zero_kernel(const BarZeroArgs a) {
   sm90::allow_dependent_launch();
   const std::int64_t row = blockIdx.x;
-  const bool stored = row_stores_scores(row_range(a.ks, a.ke, nullptr, row, a.num_keys), a.stored_below);
+  const RowRange r = row_range(a.ks, a.ke, nullptr, row, a.num_keys);
+  bool stored = row_stores_scores(r, a.stored_below);
+  if (!stored && a.stored_below > 0 && r.end > r.begin) {  // the same for every thread
+    // A zero query: every byte +0 or -0 (e4m3's sign bit alone).
+    const auto* q = reinterpret_cast<const uint4*>(a.q + row * kBarQueryBytes);
+    std::uint32_t bits = 0;
+#pragma unroll
+    for (int i = 0; i < kBarQueryBytes / 16 / kBarZeroThreads; ++i) {
+      const uint4 v = __ldg(q + i * kBarZeroThreads + threadIdx.x);
+      bits |= v.x | v.y | v.z | v.w;
+    }
+    stored = __syncthreads_or((bits & 0x7F7F7F7Fu) != 0) == 0;
+  }
   if (threadIdx.x < kBarBins) a.state[threadIdx.x * a.rows + row] = 0;
   if (threadIdx.x == 0) a.flags[row] = stored ? kRowStored : kRowDone;
   if (stored) return;  // the same for every thread

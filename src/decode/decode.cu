@@ -373,7 +373,7 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   if (rows == 0) return Status::Ok();
   const auto stored_below = static_cast<std::int32_t>(plan.bar_stored_below);
   bar_zero_kernel<<<static_cast<unsigned>(rows), kBarZeroThreads, 0, stream>>>(
-      BarZeroArgs{state, flags, rows, in.ks, in.ke, in.num_keys, stored_below});
+      BarZeroArgs{state, flags, rows, in.ks, in.ke, in.num_keys, stored_below, in.q});
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_error(err, kOp, "zero kernel launch");
   const auto capacity = static_cast<std::uint32_t>(plan.bar_capacity);
@@ -390,7 +390,7 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
                            state + kBarZoomTop * rows,
                            capacity,
                            static_cast<std::uint32_t>(p.options.k),
-                           stored_below,
+                           flags,
                            scoring::StoreSink{reinterpret_cast<float*>(candidates), stride}};
   Status st = scoring::launch_scoring<64, BarFilterSink, scoring::PagedKeys, 64>(in, nullptr, sink, stream, keys,
                                                                                 /*programmatic=*/true);
@@ -408,7 +408,7 @@ Status launch_bar_select(const PagedPlan& plan, const PagedIndexerTopkParams& p,
   selection::topk::TopkHooks th;
   th.after_producer = scoring::scoring_launches(in);
   th.entries = selection::topk::EntryRows{state + kBarCount * rows, candidates, plan.bar_capacity,
-                                          state + kBarFloor * rows, stored_below};
+                                          state + kBarFloor * rows, flags};
   return selection::topk::launch_topk(tp, stream, th);
 }
 

@@ -612,6 +612,37 @@ TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
   }
 }
 
+// A long row whose query is zero (the ties generator's every fourth row)
+// scores 0 at every key, one tie no bar cuts: the zero kernel flags it to
+// store its scores, as a short row does, where as entries it would keep the
+// whole row. With bar_stored_below = 0 (no row stores) it keeps entries.
+TEST(DecodeGpu, BarSelectZeroQueryRowsStoreTheirScores) {
+  constexpr std::int64_t kRows = 8;
+  const PagedProblem problem =
+      one_token(Distribution::kTies, kRows, 64, std::vector<std::int32_t>(kRows, 70000), 740);
+  expect_bar_select_valid(problem, 2048);
+  const DevicePaged d(problem);
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(kRows) * 2048);
+  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, make_options(2048), false);
+  for (std::int64_t stored_below : {std::int64_t{-1}, std::int64_t{0}}) {
+    SCOPED_TRACE("bar_stored_below " + std::to_string(stored_below));
+    const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect, stored_below};
+    const decode::PagedPlan plan = decode::make_plan(p, bar);
+    ASSERT_TRUE(plan.bar_select);
+    ASSERT_EQ(plan.batches.count(), 1);
+    DeviceArray<std::uint8_t> ws(plan.workspace.total);
+    ASSERT_TRUE(decode::launch_indexer_topk_paged(p, nullptr, ws.get(), plan.workspace.total, bar).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<std::uint8_t> bytes = ws.download();
+    std::vector<std::uint32_t> flags(kRows);
+    std::memcpy(flags.data(), bytes.data() + plan.workspace.bar_flags, kRows * sizeof(std::uint32_t));
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      const bool zero_query = r % 4 == 3;
+      EXPECT_EQ(flags[r], zero_query && stored_below != 0 ? kRowStored : kRowDone) << "row " << r;
+    }
+  }
+}
+
 TEST(DecodeGpu, BarSelectPinnedElsewhereIsRejected) {
   expect_pinned_two_tokens_rejected(decode::PagedHooks::Route::kBarSelect);
 }

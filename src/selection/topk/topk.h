@@ -32,13 +32,14 @@ enum class TopkEngine {
 };
 
 // Rows a launch takes as entries instead of scores (the decode bar
-// selection's long rows, decode/bar_select.cuh): row t, when it has at
-// least stored_below keys, is the count[t] order keys at areas + t *
-// capacity (score key << 32 | ~position, selection/device/candidates.cuh)
-// that a sink kept from its scores, every key of the row at or above
-// floor[t] among them and K of them at or above it, so the row's top K are
-// the top K of its entries at or above floor[t] (every tie with the K-th
-// included). Shorter rows are scores at scores + t * stride as usual. Such
+// selection's long rows, decode/bar_select.cuh): row t, when it has a key
+// and stored[t] is 0, is the count[t] order keys at areas + t * capacity
+// (score key << 32 | ~position, selection/device/candidates.cuh) that a
+// sink kept from its scores, every key of the row at or above floor[t]
+// among them and K of them at or above it, so the row's top K are the top
+// K of its entries at or above floor[t] (every tie with the K-th
+// included). Other rows are scores at scores + t * stride as usual (an
+// empty row reads neither its flag nor its state). Such
 // a launch runs the sampled kernel (WideRows for at most a row an SM at K
 // >= 1024, else LongRows): its entry rows take the candidate buffer, the
 // window select and the write-out the scored rows use, so one launch takes
@@ -48,7 +49,7 @@ struct EntryRows {
   const std::uint64_t* areas = nullptr;  // [rows, capacity]
   std::int64_t capacity = 0;             // entries an area holds
   const std::uint32_t* floor = nullptr;  // [rows]
-  std::int32_t stored_below = 0;         // rows of fewer keys are scores
+  const std::uint32_t* stored = nullptr; // [rows]: not 0 where the row is scores
 };
 
 // Test hooks; the operator uses the defaults (the decode operator sets

@@ -609,8 +609,8 @@ class RowSelect {
 };
 
 // One row a CTA (kSplit false), or one row a cluster (kSplit: the row's
-// CTAs are consecutive blocks, rank 0 writes the result). kEntries: rows of
-// at least entries.stored_below keys are entry rows (EntryRows).
+// CTAs are consecutive blocks, rank 0 writes the result). kEntries: rows
+// with a key that entries.stored does not flag are entry rows (EntryRows).
 template <int K, class G, bool kSplit, bool kEntries = false>
 __device__ __forceinline__ void topk_row(const KernelParams& p, const EntryRows& entries = {}) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -626,13 +626,16 @@ __device__ __forceinline__ void topk_row(const KernelParams& p, const EntryRows&
   const RowRange range = row_range(p.ks, p.ke, nullptr, t, p.num_cols);
   const std::int32_t ks = range.begin;
   const std::int32_t len = range.end - range.begin;
+  // An entry row is decided before the scored rows' state is set up (the
+  // flag's load inside it cost the wide instance a spill).
+  const bool entry_row = kEntries && len > 0 && entries.stored[t] == 0;  // the same for every thread
   RowSelect<K, G> row(sh, p, p.scores + t * p.stride + ks, len);
   if (threadIdx.x == 0) {
     sh.gt_slots = sh.tie_slots = sh.count_gt = sh.count_eq = sh.emitted = 0;
   }
   if constexpr (kEntries) {
     static_assert(!kSplit, "an entry row is one CTA's");
-    if (!row_stores_scores(range, entries.stored_below)) {  // the same for every thread
+    if (entry_row) {
       row.select_entries(entries, t);
       __syncthreads();  // sh.out is complete
       row.template write_out<true>(t, ks);
