@@ -54,6 +54,13 @@ struct PagedSpec {
   // entries past a request's own blocks unused): an engine's table sized for
   // its longest context, whatever the batch's lengths.
   std::int64_t min_table_blocks = 0;
+  // The entries past a request's own blocks (below max_blocks_per_seq) hold
+  // real blocks of the cache, other requests' or unused ones, as an
+  // engine's reused table rows do, instead of -1 and blocks past the cache:
+  // a kernel that loads past a row's blocks then reads real bytes (for
+  // timing; the row's positions and scores are the same). The stride's
+  // padding stays past the cache.
+  bool stale_table = false;
   std::uint64_t seed = 1;
 };
 

@@ -318,6 +318,35 @@ TEST(PagedGenerator, WideTable) {
   EXPECT_THROW(tools::make_paged_problem(wide), std::invalid_argument);
 }
 
+// A stale table (stale_table, as an engine's reused rows): the entries past
+// a request's own blocks, up to max_blocks_per_seq, are real blocks of the
+// cache; the stride's padding stays past it; the used entries, the cache and
+// the reference's results are those of the same spec without it.
+TEST(PagedGenerator, StaleTable) {
+  PagedSpec spec = paged_spec(Distribution::kModelLike, 3, 1, 64, 16, {40, 0, 17}, false, 13);
+  spec.min_table_blocks = 10;
+  PagedSpec stale = spec;
+  stale.stale_table = true;
+  const PagedProblem a = tools::make_paged_problem(spec), b = tools::make_paged_problem(stale);
+  ASSERT_EQ(b.block_table_stride, a.block_table_stride);
+  EXPECT_EQ(b.kv_cache, a.kv_cache);
+  const std::int64_t used[] = {3, 0, 2};
+  for (std::int64_t r = 0; r < b.B; ++r) {
+    for (std::int64_t i = 0; i < b.block_table_stride; ++i) {
+      const std::int32_t got = b.block_table[r * b.block_table_stride + i];
+      if (i < used[r]) {
+        EXPECT_EQ(got, a.block_table[r * a.block_table_stride + i]) << r << ", " << i;
+      } else if (i < b.max_blocks_per_seq) {
+        EXPECT_TRUE(got >= 0 && got < b.num_blocks) << "stale entry " << i << " holds " << got;
+      } else {
+        EXPECT_TRUE(got < 0 || got >= b.num_blocks) << "padding entry " << i << " holds block " << got;
+      }
+    }
+  }
+  const SelectOptions det = make_options(512, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
+  EXPECT_EQ(run_paged(b, det, false).indices, run_paged(a, det, false).indices);
+}
+
 // The keys in the cache are the ones make_indexer_problem draws for the
 // spec's distribution: request after request, rows b * next_n + j.
 TEST(PagedGenerator, KeysComeFromTheIndexerGenerator) {

@@ -749,6 +749,7 @@ constexpr std::int64_t kCachedKeyBytes = kHeadDim + sizeof(float);
 struct DecodeSettings {
   int block_size = 64;
   std::int64_t table_keys = 0;  // --table-keys: keys the table covers a request (0: each shape's L)
+  bool stale_table = false;     // --stale-table: PagedSpec::stale_table
   int heads = 64;
   std::uint64_t seed = 1;
   SelectOptions options;
@@ -847,7 +848,7 @@ void reject_inapplicable(const Args& args, const std::string& op, Backend backen
       throw std::invalid_argument("--" + name + ": --op merge always returns values, sorted");
     }
   }
-  for (const std::string name : {"B", "next-n", "L", "block-size", "table-keys"}) {
+  for (const std::string name : {"B", "next-n", "L", "block-size", "table-keys", "stale-table"}) {
     if (!decode && args.flag(name)) throw std::invalid_argument("--" + name + ": the decode option (--op decode)");
   }
   for (const std::string name : {"T", "N", "layout", "relative", "baselines"}) {
@@ -914,6 +915,7 @@ DecodeSettings decode_settings(const Args& args, Backend backend) {
   s.block_size = int_one_of(args, "block-size", 64, kSupportedBlockSizes);
   s.heads = int_one_of(args, "heads", 64, kSupportedHeads);
   if (args.flag("table-keys")) s.table_keys = int_in(args, "table-keys", 1, 1, kMaxDecodeKeys);
+  s.stale_table = args.flag("stale-table");
   s.seed = seed_of(args);
   s.options = parse_options(args);
   s.values = args.flag("values");
@@ -994,6 +996,7 @@ DecodeRow run_decode_case(const DecodeShape& shape, Distribution dist, const Dec
     }
     spec.min_table_blocks = (s.table_keys + s.block_size - 1) / s.block_size;
   }
+  spec.stale_table = s.stale_table;
   spec.seed = s.seed;
   tools::PagedProblem prob;
   try {

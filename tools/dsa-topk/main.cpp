@@ -54,6 +54,9 @@ const OptionSpec kDecodeBlockSize{"block-size", "16|32|64|128", "--op decode: ca
 const OptionSpec kDecodeTableKeys{"table-keys", "N",
                                   "--op decode: keys the block table covers a request, >= L\n"
                                   "(default L; an engine's table sized for its longest context)"};
+const OptionSpec kDecodeStaleTable{"stale-table", "",
+                                   "--op decode: table entries past a request's blocks point at real\n"
+                                   "blocks, as an engine's reused rows do (default: -1 and past the cache)"};
 const OptionSpec kMergeP{"P", "N", "--op merge: parts (bench: one value instead of 2, 4, 8)"};
 const OptionSpec kMergeR{"R", "N", "--op merge: rows (bench: one value instead of 64, 4096)"};
 const OptionSpec kMergePartK{"part-k", "N", "--op merge: entries per part and row (default K)"};
@@ -77,7 +80,7 @@ const std::vector<Command>& commands() {
          {"dist", "NAME[,NAME]|all", std::string(kDistributions) + " (default all)"},
          {"layout", "NAME|all", "causal-suffix (default), varlen-batch, context-parallel,\nboundary, full"},
          kT, kN, kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN,
-         kDecodeL, kDecodeBlockSize, kDecodeTableKeys, kMergeP, kMergeR, kMergePartK},
+         kDecodeL, kDecodeBlockSize, kDecodeTableKeys, kDecodeStaleTable, kMergeP, kMergeR, kMergePartK},
         {}},
        dsa::cli::run_check},
       {"time operators on a shape grid; prints ms, pairs/s, TFLOP/s",
@@ -112,7 +115,7 @@ const std::vector<Command>& commands() {
          {"T", "N", "with --N: one shape instead of a grid"},
          {"N", "N", "with --T: one shape instead of a grid"},
          kK, kHeads, kSeed, kThreads, kDeterministic, kRelative, kSorted, kValues, kDecodeB, kDecodeNextN, kDecodeL,
-         kDecodeBlockSize, kDecodeTableKeys, kMergeP, kMergeR, kMergePartK,
+         kDecodeBlockSize, kDecodeTableKeys, kDecodeStaleTable, kMergeP, kMergeR, kMergePartK,
          {"reps", "N", "timed repetitions, the median reported (default 3 on cpu,\n20 on cuda)"},
          {"json", "FILE", "also write the results as JSON"},
          {"no-verify", "", "skip the exactness check of each timed result"},
