@@ -110,8 +110,9 @@ inline constexpr std::int64_t kBarStoredBelowKeys = 65536;
 // kBarStoredBelowKeys store their scores and the same top-k launch selects
 // them, so a table wider than the batch's contexts costs the zero kernel
 // and little else (256 x 8K 1.02x, 128 x 32K 1.00-1.01x under a 128K
-// table). Rows whose scores are all equal keep every key (1.31x at 256 x
-// 128K on the ties generator's rows, D73).
+// table). A row whose query is zero (every score equal) stores its scores
+// too; the ties generator's batch runs 1.066x at 256 x 128K (D74), its
+// other rows' eight distinct keys crowding the bar's bin.
 inline constexpr std::int64_t kBarSelectMinKeys = 131072;
 inline constexpr std::int64_t kBarSelectMinRows = 128;
 

@@ -155,7 +155,7 @@ PagedProblem make_paged_problem(const PagedSpec& spec) {
   std::size_t next = 0;
   for (std::int64_t b = 0; b < p.B; ++b) {
     for (std::int64_t i = 0; i < p.block_table_stride; ++i) {
-      const bool stale = spec.stale_table && i < p.max_blocks_per_seq;
+      const bool stale = spec.stale_table && i < p.max_blocks_per_seq && p.num_blocks > 0;
       p.block_table[b * p.block_table_stride + i] =
           i < blocks[b] ? order[next++]
           : stale       ? order[static_cast<std::size_t>((b + i) % p.num_blocks)]

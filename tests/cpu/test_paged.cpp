@@ -345,6 +345,14 @@ TEST(PagedGenerator, StaleTable) {
   }
   const SelectOptions det = make_options(512, TieBreak::kSmallestIndex, IndexBase::kAbsolute, true);
   EXPECT_EQ(run_paged(b, det, false).indices, run_paged(a, det, false).indices);
+  // A cache with no block: nothing to point at, the entries stay past it.
+  PagedSpec empty = paged_spec(Distribution::kModelLike, 2, 1, 64, 16, {0, 0}, false, 14);
+  empty.extra_blocks = 0;
+  empty.min_table_blocks = 4;
+  empty.stale_table = true;
+  const PagedProblem e = tools::make_paged_problem(empty);
+  ASSERT_EQ(e.num_blocks, 0);
+  for (const std::int32_t entry : e.block_table) EXPECT_TRUE(entry < 0 || entry >= e.num_blocks) << entry;
 }
 
 // The keys in the cache are the ones make_indexer_problem draws for the

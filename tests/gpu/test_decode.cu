@@ -508,6 +508,33 @@ TEST(DecodeGpu, StreamSelectPinnedElsewhereIsRejected) {
 // Both ways of the route's short rows: storing their scores for the
 // standalone top-k (the plan's threshold) and keeping entries under a bar
 // like the long ones (bar_stored_below = 0).
+// The bar route pinned by `bar` over d's rows, in one batch (K 2048, any
+// ties): each row's entry count and RowFlag as the call leaves them in its
+// workspace.
+struct BarRowWords {
+  std::vector<std::uint32_t> counts;
+  std::vector<std::uint32_t> flags;
+};
+void run_bar_row_words(const DevicePaged& d, const decode::PagedHooks& bar, BarRowWords* out) {
+  const std::int64_t rows = d.host.B;
+  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(rows) * 2048);
+  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, make_options(2048), false);
+  const decode::PagedPlan plan = decode::make_plan(p, bar);
+  ASSERT_TRUE(plan.bar_select);
+  ASSERT_EQ(plan.batches.count(), 1);
+  DeviceArray<std::uint8_t> ws(plan.workspace.total);
+  ASSERT_TRUE(decode::launch_indexer_topk_paged(p, nullptr, ws.get(), plan.workspace.total, bar).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<std::uint8_t> bytes = ws.download();
+  const auto words_at = [&](std::size_t at) {
+    std::vector<std::uint32_t> v(static_cast<std::size_t>(rows));
+    std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(std::uint32_t));
+    return v;
+  };
+  out->counts = words_at(plan.workspace.bar_state + decode::kBarCount * rows * sizeof(std::uint32_t));
+  out->flags = words_at(plan.workspace.bar_flags);
+}
+
 void expect_bar_select_valid(const PagedProblem& p, int K, bool bit_exact = true) {
   const DevicePaged d(p);
   const tools::IndexerProblem view = tools::contiguous_view(p);
@@ -591,21 +618,11 @@ TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
   const PagedProblem problem =
       one_token(Distribution::kShifted, kRows, 64, std::vector<std::int32_t>(kRows, 131072), 730);
   expect_bar_select_valid(problem, 2048);
-  const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect};
   const DevicePaged d(problem);
-  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(kRows) * 2048);
-  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, make_options(2048), false);
-  const decode::PagedPlan plan = decode::make_plan(p, bar);
-  ASSERT_TRUE(plan.bar_select);
-  ASSERT_EQ(plan.batches.count(), 1);
-  DeviceArray<std::uint8_t> ws(plan.workspace.total);
-  ASSERT_TRUE(decode::launch_indexer_topk_paged(p, nullptr, ws.get(), plan.workspace.total, bar).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<std::uint8_t> bytes = ws.download();
-  std::vector<std::uint32_t> counts(kRows), flags(kRows);
-  const std::size_t counts_at = plan.workspace.bar_state + decode::kBarCount * kRows * sizeof(std::uint32_t);
-  std::memcpy(counts.data(), bytes.data() + counts_at, kRows * sizeof(std::uint32_t));
-  std::memcpy(flags.data(), bytes.data() + plan.workspace.bar_flags, kRows * sizeof(std::uint32_t));
+  BarRowWords words;
+  ASSERT_NO_FATAL_FAILURE(run_bar_row_words(d, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect}, &words));
+  const std::vector<std::uint32_t>& counts = words.counts;
+  const std::vector<std::uint32_t>& flags = words.flags;
   for (std::int64_t r = 0; r < kRows; ++r) {
     EXPECT_EQ(flags[r], kRowDone) << "row " << r;
     EXPECT_LE(counts[r], 131072u / 4) << "row " << r << " kept " << counts[r] << " entries";
@@ -622,20 +639,12 @@ TEST(DecodeGpu, BarSelectZeroQueryRowsStoreTheirScores) {
       one_token(Distribution::kTies, kRows, 64, std::vector<std::int32_t>(kRows, 70000), 740);
   expect_bar_select_valid(problem, 2048);
   const DevicePaged d(problem);
-  DeviceArray<std::int32_t> indices(static_cast<std::size_t>(kRows) * 2048);
-  const PagedIndexerTopkParams p = d.params(indices.get(), nullptr, make_options(2048), false);
   for (std::int64_t stored_below : {std::int64_t{-1}, std::int64_t{0}}) {
     SCOPED_TRACE("bar_stored_below " + std::to_string(stored_below));
-    const decode::PagedHooks bar{decode::PagedHooks::Route::kBarSelect, stored_below};
-    const decode::PagedPlan plan = decode::make_plan(p, bar);
-    ASSERT_TRUE(plan.bar_select);
-    ASSERT_EQ(plan.batches.count(), 1);
-    DeviceArray<std::uint8_t> ws(plan.workspace.total);
-    ASSERT_TRUE(decode::launch_indexer_topk_paged(p, nullptr, ws.get(), plan.workspace.total, bar).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<std::uint8_t> bytes = ws.download();
-    std::vector<std::uint32_t> flags(kRows);
-    std::memcpy(flags.data(), bytes.data() + plan.workspace.bar_flags, kRows * sizeof(std::uint32_t));
+    BarRowWords words;
+    ASSERT_NO_FATAL_FAILURE(
+        run_bar_row_words(d, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect, stored_below}, &words));
+    const std::vector<std::uint32_t>& flags = words.flags;
     for (std::int64_t r = 0; r < kRows; ++r) {
       const bool zero_query = r % 4 == 3;
       EXPECT_EQ(flags[r], zero_query && stored_below != 0 ? kRowStored : kRowDone) << "row " << r;
