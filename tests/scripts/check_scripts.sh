@@ -32,5 +32,30 @@ bash "$scripts/clock-probe.sh" only-a-label >/dev/null 2>&1
 bash "$scripts/profile-pack.sh" >/dev/null 2>&1
 [ $? = 2 ] || fail "profile-pack.sh without a target: expected exit 2"
 
+# place-decode.sh's table from stand-in binaries of both sides: the medians,
+# B / A and public / ours from the anchors' row (1 x 128K: 0.027 / 0.020).
+tree="$work/tree"
+mkdir -p "$tree/scripts" "$tree/build-place/A" "$tree/build-place/B"
+cp "$scripts/place-decode.sh" "$tree/scripts/"
+bash "$tree/scripts/place-decode.sh" run >/dev/null 2>&1
+[ $? = 2 ] || fail "place-decode.sh run without binaries: expected exit 2"
+echo ad5198e >"$tree/build-place/A/REV"
+echo "abc1234" >"$tree/build-place/B/REV"
+for side in A:topk:0.0200 B:paged:0.0250; do
+  IFS=: read -r name op ms <<<"$side"
+  printf '#!/bin/sh\necho "# device NVIDIA H200, op %s, reps 20, seed 0"\necho "row 1x1x131072 %s %s"\n' \
+    "$op" "$op" "$ms" >"$tree/build-place/$name/dsa_place_decode"
+  chmod +x "$tree/build-place/$name/dsa_place_decode"
+done
+out="$(OUT="$work/place" bash "$tree/scripts/place-decode.sh" run --reps 20 2>/dev/null)"
+rc=$?
+[ "$rc" = 0 ] || fail "place-decode.sh run: exit $rc"
+want='| 1x1x131072 | 0.0200 / 0.0200 / 0.0200 | 0.0250 / 0.0250 / 0.0250 | 1.250 | yes | 1.08x |'
+grep -qxF "$want" <<<"$out" || fail "place-decode.sh: row '$(grep '^| 1x1' <<<"$out")'"
+grep -q 'Not an H200' <<<"$out" && fail "place-decode.sh: an H200 run flagged as another card"
+[ -s "$work/place/place-decode.md" ] || fail "place-decode.sh: no place-decode.md under OUT"
+bash "$tree/scripts/place-decode.sh" >/dev/null 2>&1
+[ $? = 2 ] || fail "place-decode.sh without a mode: expected exit 2"
+
 [ "$failed" = 0 ] && echo "scripts: all checks passed"
 exit "$failed"
