@@ -15,7 +15,7 @@ expect() {  # expect RC PATTERN ARGS...: exit code RC, PATTERN in stdout + stder
   [ "$got" = "$rc" ] || fail "'$*': exit $got, expected $rc ($out)"
   grep -qF -- "$pattern" <<<"$out" || fail "'$*': no '$pattern' in: $out"
 }
-expect 0 "default rows: the anchors' decode table" --help
+expect 0 "[--op paged|topk] [--verify]" --help
 expect 2 "--rows: '1x9x100' is not BxNEXT_NxL" --rows 1x9x100
 expect 2 "--rows: '' is not BxNEXT_NxL" --rows 1x1x4096,
 expect 2 "--rows: '0x1x4096' is not BxNEXT_NxL" --rows 0x1x4096

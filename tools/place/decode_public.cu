@@ -22,11 +22,16 @@
 // memset (the L2 flush) and a ~200K-cycle GPU sleep, and timed alone with
 // CUDA events; a row's figure is the median of --reps calls.
 //
-// Exit codes: 0 ok, 2 bad argument, 3 a CUDA or library error.
+// --verify (this tree's build) also compares each row's top-K scores with
+// those of topk over the logits, untimed.
+//
+// Exit codes: 0 ok, 1 --verify found a row that differs, 2 bad argument,
+// 3 a CUDA or library error.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +63,7 @@ void print_usage(std::FILE* to) {
   std::fprintf(to,
                "usage: dsa_place_decode [--rows BxNEXT_NxL,...] [--reps N] [--seed S]%s\n"
                "  default rows: the anchors' decode table (%s)\n",
-               DSA_PLACE_PAGED ? " [--op paged|topk]" : "", kAnchorRows);
+               DSA_PLACE_PAGED ? " [--op paged|topk] [--verify]" : "", kAnchorRows);
 }
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -240,19 +245,6 @@ struct Timer {
   }
 };
 
-// The median time of op(ctx) on the CUDA backend without range checks, with
-// a workspace of `bytes` (allocated once, outside the timed calls).
-template <class Op>
-double time_op(Timer& timer, int reps, std::size_t bytes, Op&& op) {
-  const DeviceBuffer<std::uint8_t> workspace(bytes, "the workspace");
-  dsa::ExecutionContext ctx;
-  ctx.backend = dsa::Backend::kCuda;
-  ctx.check_ranges = false;
-  ctx.workspace = bytes ? workspace.data : nullptr;
-  ctx.workspace_bytes = bytes;
-  return timer.median_ms([&] { op(ctx); }, reps);
-}
-
 // One row's inputs: q, w, the keys of every request (contiguous, `span`
 // positions a request), their scales and the shuffled table.
 struct Batch {
@@ -289,84 +281,143 @@ struct Batch {
   }
 };
 
+// The CUDA backend without range checks, with a workspace of `bytes`.
+struct Context {
+  DeviceBuffer<std::uint8_t> workspace;
+  dsa::ExecutionContext ctx;
+  explicit Context(std::size_t bytes) : workspace(bytes, "the workspace") {
+    ctx.backend = dsa::Backend::kCuda;
+    ctx.check_ranges = false;
+    ctx.workspace = bytes ? workspace.data : nullptr;
+    ctx.workspace_bytes = bytes;
+  }
+};
+
+// The top-K scores of one call of `call` (its values pointer set for that
+// call alone: the timed calls return indices only, as the anchors' did),
+// sorted in descending order within each row.
+template <class Call>
+std::vector<float> top_values(Call& call, const Context& c, std::int64_t rows) {
+  const DeviceBuffer<float> values(rows * kTopK, "the values");
+  call.p.values = values.data;
+  call(c.ctx);
+  call.p.values = nullptr;
+  std::vector<float> host(static_cast<std::size_t>(rows * kTopK));
+  cuda_ok(cudaMemcpy(host.data(), values.data, host.size() * sizeof(float), cudaMemcpyDeviceToHost), "the values");
+  for (std::int64_t r = 0; r < rows; ++r) std::sort(host.begin() + r * kTopK, host.begin() + (r + 1) * kTopK, std::greater<>());
+  return host;
+}
+
 // topk over the batch's logits, which indexer_scores writes request by
 // request (the anchors' topk row).
-double time_topk(const Batch& in, Timer& timer, int reps) {
-  const Row& row = in.row;
-  const DeviceBuffer<float> logits(in.rows * row.context, "the logits");
-  std::vector<std::int32_t> ends(static_cast<std::size_t>(in.rows));
-  for (std::int64_t r = 0; r < in.rows; ++r) {
-    ends[r] = static_cast<std::int32_t>(row.context - row.next_n + r % row.next_n + 1);
-  }
-  const DeviceBuffer<std::int32_t> ks(std::vector<std::int32_t>(ends.size(), 0), "ks");
-  const DeviceBuffer<std::int32_t> ke(ends, "ke");
-  dsa::ExecutionContext ctx;
-  ctx.backend = dsa::Backend::kCuda;
-  ctx.check_ranges = false;
-  for (int b = 0; b < row.batch; ++b) {
-    const std::int64_t r0 = static_cast<std::int64_t>(b) * row.next_n;
-    dsa::IndexerScoresParams p;
-    p.q = in.q.data + r0 * kHeads * kDim;
-    p.k = in.keys.data + b * in.span * kDim;
-    p.k_scale = in.scale.data + b * in.span;
-    p.w = in.w.data + r0 * kHeads;
-    p.ks = ks.data + r0;
-    p.ke = ke.data + r0;
-    p.num_queries = row.next_n;
-    p.num_keys = row.context;
-    p.num_heads = kHeads;
-    p.scores = logits.data + r0 * row.context;
-    p.score_stride = row.context;
-    dsa_ok(dsa::indexer_scores(p, ctx), "indexer_scores (the logits)");
-  }
-  const DeviceBuffer<std::int32_t> indices(in.rows * kTopK, "the indices");
+struct TopkCall {
+  DeviceBuffer<float> logits;
+  DeviceBuffer<std::int32_t> ks, ke, indices;
   dsa::TopkParams p;
-  p.scores = logits.data;
-  p.ks = ks.data;
-  p.ke = ke.data;
-  p.num_rows = in.rows;
-  p.num_cols = row.context;
-  p.score_stride = row.context;
-  p.indices = indices.data;
-  p.options.k = kTopK;
   std::size_t bytes = 0;
-  dsa_ok(dsa::topk_workspace_size(p, dsa::Backend::kCuda, &bytes), "topk_workspace_size");
-  return time_op(timer, reps, bytes, [&](const dsa::ExecutionContext& c) { dsa_ok(dsa::topk(p, c), "topk"); });
-}
+
+  static std::vector<std::int32_t> ends(const Row& row) {  // row (b, j) scores [0, L - next_n + j + 1)
+    std::vector<std::int32_t> e(static_cast<std::size_t>(row.batch) * row.next_n);
+    for (std::size_t r = 0; r < e.size(); ++r) {
+      e[r] = static_cast<std::int32_t>(row.context - row.next_n + static_cast<std::int64_t>(r % row.next_n) + 1);
+    }
+    return e;
+  }
+  explicit TopkCall(const Batch& in)
+      : logits(in.rows * in.row.context, "the logits"),
+        ks(std::vector<std::int32_t>(static_cast<std::size_t>(in.rows), 0), "ks"),
+        ke(ends(in.row), "ke"),
+        indices(in.rows * kTopK, "the indices") {
+    const Row& row = in.row;
+    const Context c(0);
+    for (int b = 0; b < row.batch; ++b) {
+      const std::int64_t r0 = static_cast<std::int64_t>(b) * row.next_n;
+      dsa::IndexerScoresParams s;
+      s.q = in.q.data + r0 * kHeads * kDim;
+      s.k = in.keys.data + b * in.span * kDim;
+      s.k_scale = in.scale.data + b * in.span;
+      s.w = in.w.data + r0 * kHeads;
+      s.ks = ks.data + r0;
+      s.ke = ke.data + r0;
+      s.num_queries = row.next_n;
+      s.num_keys = row.context;
+      s.num_heads = kHeads;
+      s.scores = logits.data + r0 * row.context;
+      s.score_stride = row.context;
+      dsa_ok(dsa::indexer_scores(s, c.ctx), "indexer_scores (the logits)");
+    }
+    p.scores = logits.data;
+    p.ks = ks.data;
+    p.ke = ke.data;
+    p.num_rows = in.rows;
+    p.num_cols = row.context;
+    p.score_stride = row.context;
+    p.indices = indices.data;
+    p.options.k = kTopK;
+    dsa_ok(dsa::topk_workspace_size(p, dsa::Backend::kCuda, &bytes), "topk_workspace_size");
+  }
+  void operator()(const dsa::ExecutionContext& ctx) const { dsa_ok(dsa::topk(p, ctx), "topk"); }
+};
 
 #if DSA_PLACE_PAGED
 // indexer_topk_paged over the batch's keys in a shuffled cache.
-double time_paged(const Batch& in, Timer& timer, int reps) {
-  const Row& row = in.row;
-  const std::int64_t num_blocks = row.batch * in.blocks;
-  const DeviceBuffer<std::uint8_t> cache(num_blocks * kBlockBytes, "the cache");
-  scatter_kernel<<<4096, 256>>>(in.keys.data, in.scale.data, in.table.data, num_blocks, cache.data);
-  cuda_ok(cudaGetLastError(), "the cache scatter");
-  const DeviceBuffer<std::int32_t> lens(std::vector<std::int32_t>(row.batch, static_cast<std::int32_t>(row.context)),
-                                        "context_lens");
-  const DeviceBuffer<std::int32_t> indices(in.rows * kTopK, "the indices");
+struct PagedCall {
+  DeviceBuffer<std::uint8_t> cache;
+  DeviceBuffer<std::int32_t> lens, indices;
   dsa::PagedIndexerTopkParams p;
-  p.q = in.q.data;
-  p.kv_cache = cache.data;
-  p.block_table = in.table.data;
-  p.context_lens = lens.data;
-  p.w = in.w.data;
-  p.batch = row.batch;
-  p.next_n = row.next_n;
-  p.num_heads = kHeads;
-  p.num_blocks = num_blocks;
-  p.block_size = kBlock;
-  p.max_blocks_per_seq = in.blocks;
-  p.block_table_stride = in.blocks;
-  p.indices = indices.data;
-  p.options.k = kTopK;
   std::size_t bytes = 0;
-  dsa_ok(dsa::indexer_topk_paged_workspace_size(p, dsa::Backend::kCuda, &bytes),
-         "indexer_topk_paged_workspace_size");
-  return time_op(timer, reps, bytes,
-                 [&](const dsa::ExecutionContext& c) { dsa_ok(dsa::indexer_topk_paged(p, c), "indexer_topk_paged"); });
+
+  explicit PagedCall(const Batch& in)
+      : cache(in.row.batch * in.blocks * kBlockBytes, "the cache"),
+        lens(std::vector<std::int32_t>(in.row.batch, static_cast<std::int32_t>(in.row.context)), "context_lens"),
+        indices(in.rows * kTopK, "the indices") {
+    const std::int64_t num_blocks = in.row.batch * in.blocks;
+    scatter_kernel<<<4096, 256>>>(in.keys.data, in.scale.data, in.table.data, num_blocks, cache.data);
+    cuda_ok(cudaGetLastError(), "the cache scatter");
+    p.q = in.q.data;
+    p.kv_cache = cache.data;
+    p.block_table = in.table.data;
+    p.context_lens = lens.data;
+    p.w = in.w.data;
+    p.batch = in.row.batch;
+    p.next_n = in.row.next_n;
+    p.num_heads = kHeads;
+    p.num_blocks = num_blocks;
+    p.block_size = kBlock;
+    p.max_blocks_per_seq = in.blocks;
+    p.block_table_stride = in.blocks;
+    p.indices = indices.data;
+    p.options.k = kTopK;
+    dsa_ok(dsa::indexer_topk_paged_workspace_size(p, dsa::Backend::kCuda, &bytes),
+           "indexer_topk_paged_workspace_size");
+  }
+  void operator()(const dsa::ExecutionContext& ctx) const {
+    dsa_ok(dsa::indexer_topk_paged(p, ctx), "indexer_topk_paged");
+  }
+};
+
+// Rows whose top-K scores differ between the paged op and topk over the
+// logits (both exact, any tie at the K-th score: equal multisets of values).
+std::int64_t mismatched_rows(const Batch& in) {
+  PagedCall paged(in);
+  TopkCall topk(in);
+  const Context pc(paged.bytes), tc(topk.bytes);
+  const std::vector<float> a = top_values(paged, pc, in.rows), b = top_values(topk, tc, in.rows);
+  std::int64_t bad = 0;
+  for (std::int64_t r = 0; r < in.rows; ++r) {
+    bad += !std::equal(a.begin() + r * kTopK, a.begin() + (r + 1) * kTopK, b.begin() + r * kTopK);
+  }
+  return bad;
 }
 #endif
+
+// The median time of `call` on `in`, its workspace allocated outside the timed calls.
+template <class Call>
+double time_call(const Batch& in, Timer& timer, int reps) {
+  Call call(in);
+  const Context c(call.bytes);
+  return timer.median_ms([&] { call(c.ctx); }, reps);
+}
 
 }  // namespace
 
@@ -374,6 +425,8 @@ int main(int argc, char** argv) {
   std::string rows_text = kAnchorRows, op = DSA_PLACE_PAGED ? "paged" : "topk";
   int reps = 20;
   std::uint64_t seed = 0;
+  [[maybe_unused]] bool verify = false;  // the paged op's top-K scores against topk over the logits
+  [[maybe_unused]] std::int64_t mismatches = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&](const char* name) -> std::string {
@@ -395,6 +448,8 @@ int main(int argc, char** argv) {
         usage_error("--seed: expected a non-negative integer, got '" + v + "'");
       }
       seed = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (DSA_PLACE_PAGED && arg == "--verify") {
+      verify = true;
     } else if (DSA_PLACE_PAGED && arg == "--op") {
       op = value("--op");
       if (op != "paged" && op != "topk") usage_error("--op: expected paged or topk, got '" + op + "'");
@@ -428,13 +483,20 @@ int main(int argc, char** argv) {
     {
       const Batch batch(row, seed);
 #if DSA_PLACE_PAGED
-      ms = op == "topk" ? time_topk(batch, timer, reps) : time_paged(batch, timer, reps);
+      ms = op == "topk" ? time_call<TopkCall>(batch, timer, reps) : time_call<PagedCall>(batch, timer, reps);
+      if (verify) {
+        const std::int64_t bad = mismatched_rows(batch);
+        std::printf("verify %dx%dx%lld: %lld of %lld rows' top-K scores differ from topk over the logits\n",
+                    row.batch, row.next_n, static_cast<long long>(row.context), static_cast<long long>(bad),
+                    static_cast<long long>(batch.rows));
+        mismatches += bad;
+      }
 #else
-      ms = time_topk(batch, timer, reps);
+      ms = time_call<TopkCall>(batch, timer, reps);
 #endif
     }
     std::printf("row %dx%dx%lld %s %.4f\n", row.batch, row.next_n, static_cast<long long>(row.context), op.c_str(), ms);
     std::fflush(stdout);
   }
-  return 0;
+  return mismatches == 0 ? 0 : 1;
 }
