@@ -31,10 +31,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
