@@ -621,11 +621,9 @@ TEST(DecodeGpu, BarSelectCrowdedRowsZoomInsteadOfRepair) {
   const DevicePaged d(problem);
   BarRowWords words;
   ASSERT_NO_FATAL_FAILURE(run_bar_row_words(d, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect}, &words));
-  const std::vector<std::uint32_t>& counts = words.counts;
-  const std::vector<std::uint32_t>& flags = words.flags;
   for (std::int64_t r = 0; r < kRows; ++r) {
-    EXPECT_EQ(flags[r], kRowDone) << "row " << r;
-    EXPECT_LE(counts[r], 131072u / 4) << "row " << r << " kept " << counts[r] << " entries";
+    EXPECT_EQ(words.flags[r], kRowDone) << "row " << r;
+    EXPECT_LE(words.counts[r], 131072u / 4) << "row " << r << " kept " << words.counts[r] << " entries";
   }
 }
 
@@ -644,10 +642,9 @@ TEST(DecodeGpu, BarSelectZeroQueryRowsStoreTheirScores) {
     BarRowWords words;
     ASSERT_NO_FATAL_FAILURE(
         run_bar_row_words(d, decode::PagedHooks{decode::PagedHooks::Route::kBarSelect, stored_below}, &words));
-    const std::vector<std::uint32_t>& flags = words.flags;
     for (std::int64_t r = 0; r < kRows; ++r) {
       const bool zero_query = r % 4 == 3;
-      EXPECT_EQ(flags[r], zero_query && stored_below != 0 ? kRowStored : kRowDone) << "row " << r;
+      EXPECT_EQ(words.flags[r], zero_query && stored_below != 0 ? kRowStored : kRowDone) << "row " << r;
     }
   }
 }
