@@ -57,5 +57,39 @@ grep -q 'Not an H200' <<<"$out" && fail "place-decode.sh: an H200 run flagged as
 bash "$tree/scripts/place-decode.sh" >/dev/null 2>&1
 [ $? = 2 ] || fail "place-decode.sh without a mode: expected exit 2"
 
+# ab-prebuilt.sh's table from stand-in binaries (one gzipped, as prepare
+# leaves them): the rounds, B / A of the medians, separation; a side whose
+# result is not exact fails the run; a side with no binary is a usage error.
+tree="$work/abtree"
+mkdir -p "$tree/scripts" "$tree/build-ab/bin/A" "$tree/build-ab/bin/B" "$tree/build-ab/bin/W"
+cp "$scripts/ab-prebuilt.sh" "$tree/scripts/"
+for side in A:0.0200:exact B:0.0250:exact W:0.0100:wrong; do
+  IFS=: read -r name ms result <<<"$side"
+  printf '#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = --json ] && j="$2"; shift; done
+printf %s > "$j"
+' \
+    "'{\"rows\": [{\"ms\": $ms, \"result\": \"$result\"}]}'" >"$tree/build-ab/bin/$name/dsa-topk"
+  chmod +x "$tree/build-ab/bin/$name/dsa-topk"
+  echo "rev$name" >"$tree/build-ab/bin/$name/REV"
+done
+gzip "$tree/build-ab/bin/A/dsa-topk"
+printf '# a comment\n\n--op topk --T 1 --N 32768\n' >"$tree/shapes.txt"
+out="$(cd "$tree" && OUT="$work/ab" ROUNDS=3 bash scripts/ab-prebuilt.sh run shapes.txt A B 2>/dev/null)"
+rc=$?
+[ "$rc" = 0 ] || fail "ab-prebuilt.sh run: exit $rc"
+want='| `--op topk --T 1 --N 32768` | 0.0200 / 0.0200 / 0.0200 | 0.0250 / 0.0250 / 0.0250 | 1.250 sep. |'
+grep -qxF "$want" <<<"$out" || fail "ab-prebuilt.sh: row '$(grep '^| `' <<<"$out")'"
+grep -q 'A = revA, B = revB' <<<"$out" || fail "ab-prebuilt.sh: the sides' revisions are not named"
+[ -s "$work/ab/ab-prebuilt.md" ] || fail "ab-prebuilt.sh: no ab-prebuilt.md under OUT"
+(cd "$tree" && OUT="$work/ab" ROUNDS=1 bash scripts/ab-prebuilt.sh run shapes.txt A W >/dev/null 2>&1)
+[ $? = 1 ] || fail "ab-prebuilt.sh with a side that is not exact: expected exit 1"
+(cd "$tree" && OUT="$work/ab" bash scripts/ab-prebuilt.sh run shapes.txt A Z >/dev/null 2>&1)
+[ $? = 2 ] || fail "ab-prebuilt.sh with a side that has no binary: expected exit 2"
+(cd "$tree" && OUT="$work/ab" ROUNDS=0 bash scripts/ab-prebuilt.sh run shapes.txt A B >/dev/null 2>&1)
+[ $? = 2 ] || fail "ab-prebuilt.sh with ROUNDS=0: expected exit 2"
+bash "$scripts/ab-prebuilt.sh" >/dev/null 2>&1
+[ $? = 2 ] || fail "ab-prebuilt.sh without a mode: expected exit 2"
+
 [ "$failed" = 0 ] && echo "scripts: all checks passed"
 exit "$failed"
