@@ -10,12 +10,13 @@
 //   1. each rank loads its part of the row once (16-byte loads,
 //      ClusterRows::kLoadUnroll a thread in flight) as keys, counting their
 //      top kFirstDigitBits bits;
-//   2. per pass: each rank adds its non-zero bins into rank 0's cluster
-//      histogram (remote atomics), a cluster barrier, rank 0 picks the bin
-//      of the K-th largest key and writes it into every rank, a second
-//      barrier; the next pass counts the next digit of the keys in that
-//      bin. At most three passes (11 + 11 + 10 bits) fix the K-th key; most
-//      rows stop earlier, when the top K take the chosen bin whole;
+//   2. per pass: each rank adds its non-zero bins into every rank's copy
+//      of the cluster histogram (remote atomics), a cluster barrier, and
+//      each rank picks the bin of the K-th largest key from its own copy
+//      (the same pick in every rank); the next pass counts the next digit
+//      of the keys in that bin. At most three passes (11 + 11 + 10 bits)
+//      fix the K-th key; most rows stop earlier, when the top K take the
+//      chosen bin whole;
 //   3. each rank counts what it takes (keys at or above the bin's bottom,
 //      or above the K-th key and its ties), the ranks exchange the counts
 //      (one more barrier), and each writes its winners at its own offset:
@@ -67,13 +68,16 @@ class ClusterRow {
   // `values` (the row's K slots), positions + offset.
   __device__ void run(std::int32_t* indices, float* values, std::int32_t offset) {
     const auto cluster = cooperative_groups::this_cluster();
-    // Rank 0's cluster histogram is zero before any rank adds into it, and
-    // no rank writes another's shared memory before that one has started
-    // (racecheck: "a block that might not have entered yet"): each thread
-    // arrives after its zeroing and waits after the load, which hides the
-    // barrier.
+    // Every rank's cluster histograms are zero before any rank adds into
+    // them, and no rank writes another's shared memory before that one has
+    // started (racecheck: "a block that might not have entered yet"): each
+    // thread arrives after its zeroing and waits after the load, which
+    // hides the barrier.
 #pragma unroll
-    for (int b = 0; b < Cfg::kBins / kThreads; ++b) sh_.cluster_histogram[b * kThreads + threadIdx.x] = 0;
+    for (int b = 0; b < Cfg::kBins / kThreads; ++b) {
+      sh_.cluster_histogram[0][b * kThreads + threadIdx.x] = 0;
+      sh_.cluster_histogram[1][b * kThreads + threadIdx.x] = 0;
+    }
     auto started = cluster.barrier_arrive();
     load();
     cluster.barrier_wait(std::move(started));
@@ -87,7 +91,7 @@ class ClusterRow {
       const int bits = pass == 0 ? Cfg::kFirstDigitBits : min(Cfg::kDigitBits, shift);
       shift -= bits;
       if (pass > 0) count_digits(prefix, fixed, shift, bits);
-      const device::BinPick pick = cluster_pick(rank);
+      const device::BinPick pick = cluster_pick(rank, sh_.cluster_histogram[pass & 1]);
       ++trace.threshold_passes;
       const std::uint32_t digit = static_cast<std::uint32_t>(Cfg::kBins - 1) - pick.bin;
       prefix |= digit << shift;
@@ -243,32 +247,30 @@ class ClusterRow {
 
   // The bin (0 = the top digit) of the cluster's histogram holding its
   // rank-th largest counted key, the same in every rank: each rank adds its
-  // non-zero bins into rank 0's cluster histogram (one remote atomic a
-  // non-zero bin, a warp's lanes on consecutive bins) and re-zeroes them
-  // for the next pass; after a barrier rank 0 picks (which re-zeroes its
-  // cluster histogram) and writes the pick into every rank; after a second
-  // barrier each rank reads its copy. A rank adds into rank 0 only after
-  // the barrier that ended the pass before, by when rank 0's pick has
-  // re-zeroed the histogram and nobody reads the old pick. The local
-  // histogram is complete at entry (a barrier ago).
-  __device__ device::BinPick cluster_pick(std::uint32_t rank) {
+  // non-zero bins into every rank's copy of the pass's cluster histogram
+  // (`histogram`, one of the two; a remote atomic a non-zero bin and rank,
+  // a warp's lanes on consecutive bins, each lane starting at its own rank
+  // so the ranks' adds spread over the cluster) and re-zeroes its local
+  // bins; after one barrier each rank picks from its own copy, which
+  // re-zeroes it. A rank adds into this copy again two passes later, after
+  // the next pass's barrier, which every rank reaches only after this pick.
+  // The local histogram is complete at entry (a barrier ago).
+  __device__ device::BinPick cluster_pick(std::uint32_t rank, std::uint32_t* histogram) {
     const auto cluster = cooperative_groups::this_cluster();
-    std::uint32_t* const root = cluster.map_shared_rank(sh_.cluster_histogram, 0);
 #pragma unroll
     for (int i = 0; i < Cfg::kBins / kThreads; ++i) {
       const int b = i * kThreads + static_cast<int>(threadIdx.x);
       const std::uint32_t count = sh_.local_histogram[b];
       sh_.local_histogram[b] = 0;  // only this thread reads bin b
-      if (count != 0) atomicAdd(root + b, count);
+      if (count == 0) continue;
+      for (unsigned q = 0; q < size_; ++q) {
+        unsigned target = rank_ + q;
+        if (target >= size_) target -= size_;
+        atomicAdd(cluster.map_shared_rank(histogram, target) + b, count);
+      }
     }
-    cluster.sync();  // rank 0 holds the cluster's counts
-    if (rank_ == 0) {
-      const device::BinPick pick =
-          device::pick_striped_bin<Cfg::kWarps, Cfg::kBinRows>(sh_.cluster_histogram, sh_.warp_sums, sh_.pick, rank);
-      if (threadIdx.x > 0 && threadIdx.x < size_) *cluster.map_shared_rank(&sh_.pick, threadIdx.x) = pick;
-    }
-    cluster.sync();  // every rank holds the pick
-    return sh_.pick;
+    cluster.sync();  // every rank's copy holds the cluster's counts
+    return device::pick_striped_bin<Cfg::kWarps, Cfg::kBinRows>(histogram, sh_.warp_sums, sh_.pick, rank);
   }
 
   // Stores every key >= least at slot first + its claim order (one shared
