@@ -78,13 +78,17 @@ class ClusterRow {
       sh_.cluster_histogram[0][b * kThreads + threadIdx.x] = 0;
       sh_.cluster_histogram[1][b * kThreads + threadIdx.x] = 0;
     }
+    if (threadIdx.x == 0) {
+      sh_.claimed_gt = 0;
+      sh_.claimed_eq = 0;
+    }
     auto started = cluster.barrier_arrive();
     load();
     cluster.barrier_wait(std::move(started));
     TopkRowTrace trace{TopkPath::kClusterResident, 0, 0, 0, 0, 0};
     // The K-th largest key is the rank-th largest of the keys sharing the
     // digits fixed so far (prefix under fixed); `above` keys lie above them.
-    std::uint32_t prefix = 0, fixed = 0, rank = K, above = 0;
+    std::uint32_t prefix = 0, fixed = 0, rank = K, above = 0, last_in = 0;
     bool whole = false;
     int shift = 32;
     for (int pass = 0; pass < Cfg::kMaxPasses; ++pass) {
@@ -98,6 +102,7 @@ class ClusterRow {
       fixed |= ((1u << bits) - 1u) << shift;
       above += pick.above;
       rank -= pick.above;
+      last_in = pick.in;
       if (rank == pick.in) {  // the top K are every key at or above the bin's bottom
         whole = true;
         break;
@@ -112,7 +117,7 @@ class ClusterRow {
     trace.threshold_key = trace.kth_key = bottom;
     trace.count_gt = count_gt;
 
-    // Step 3: this rank's counts, exchanged.
+    // Step 3: this rank's counts, and from them its first slots.
     std::uint32_t mine_gt = 0, mine_eq = 0;
     for_each_group([&](std::int32_t, const uint4& k) {
       const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
@@ -136,23 +141,42 @@ class ClusterRow {
       atomicAdd(&sh_.local_eq, mine_eq);
     }
     __syncthreads();
-    if (threadIdx.x < size_) {
-      Storage* other = cluster.map_shared_rank(&sh_, threadIdx.x);
-      other->part_gt[rank_] = sh_.local_gt;
-      other->part_eq[rank_] = sh_.local_eq;
-    }
-    cluster.sync();  // every rank's counts in every table
-    std::uint32_t base_gt = 0, base_eq = 0, all_eq = 0;
-    for (unsigned q = 0; q < size_; ++q) {
-      if (q < rank_) {
+    const bool gather = p_.sorted || p_.smallest_index_ties;
+    std::uint32_t base_gt = 0, base_eq = 0;
+    // The barrier that keeps rank 0's counters alive until every rank has
+    // claimed from them (claims only): arrived after the claim, waited for
+    // before the exit.
+    cooperative_groups::cluster_group::arrival_token claimed;
+    if (p_.smallest_index_ties) {
+      // The ties rank by position, so the ranks' tie counts are exchanged
+      // and each rank's come after those of the ranks before it.
+      if (threadIdx.x < size_) {
+        Storage* other = cluster.map_shared_rank(&sh_, threadIdx.x);
+        other->part_gt[rank_] = sh_.local_gt;
+        other->part_eq[rank_] = sh_.local_eq;
+      }
+      cluster.sync();  // every rank's counts in every table
+      for (unsigned q = 0; q < rank_; ++q) {
         base_gt += sh_.part_gt[q];
         base_eq += sh_.part_eq[q];
       }
-      all_eq += sh_.part_eq[q];
+    } else {
+      // Any ties: each rank claims its slots from rank 0's counters, in
+      // whatever order the ranks come, with no barrier between the count
+      // and the emission.
+      if (threadIdx.x == 0) {
+        Storage* const root = cluster.map_shared_rank(&sh_, 0);
+        sh_.part_gt[0] = atomicAdd(&root->claimed_gt, sh_.local_gt);
+        sh_.part_eq[0] = atomicAdd(&root->claimed_eq, sh_.local_eq);
+      }
+      __syncthreads();
+      base_gt = sh_.part_gt[0];
+      base_eq = sh_.part_eq[0];
+      if (!gather) claimed = cluster.barrier_arrive();
     }
-    trace.count_eq = whole ? 0u : all_eq;
+    // The last pass's bin is the K-th key alone unless it was taken whole.
+    trace.count_eq = whole ? 0u : last_in;
 
-    const bool gather = p_.sorted || p_.smallest_index_ties;
     std::uint64_t* const root_out = gather ? cluster.map_shared_rank(sh_.work.out, 0) : nullptr;
     const auto store = [&](std::uint32_t slot, std::uint32_t key, std::int32_t pos) {
       if (gather) {
@@ -167,8 +191,11 @@ class ClusterRow {
     emit_where(whole ? bottom : bottom + 1, base_gt, store);  // bottom + 1: the K-th key is below +inf's key
     if (take_ties > base_eq) emit_ties(bottom, count_gt, base_eq, take_ties, store);
     if (p_.trace != nullptr && rank_ == 0 && threadIdx.x == 0) p_.trace[blockIdx.x / size_] = trace;
-    if (!gather) return;
-    cluster.sync();  // rank 0 holds the row's K order keys
+    if (!gather) {
+      cluster.barrier_wait(std::move(claimed));  // no rank claims from rank 0 any more
+      return;
+    }
+    cluster.sync();  // rank 0 holds the row's K order keys (and no rank claims any more)
     if (rank_ != 0) return;
     device::write_row<K, kThreads, typename Cfg::BlockSort>(
         sh_.work.out, sh_.work.sort, indices, values, offset, p_.sorted, p_.smallest_index_ties,

@@ -150,8 +150,12 @@ struct ClusterConfig {
     typename Scan::TempStorage scan;  // smallest-index ties' rank by position
     std::uint32_t warp_sums[kWarps];  // device::pick_striped_bin's
     device::BinPick pick;             // the pass's bin (pick_striped_bin's broadcast)
-    std::uint32_t part_gt[kMaxSplit];  // every rank's taken keys above the cut (written by each rank)
-    std::uint32_t part_eq[kMaxSplit];  // every rank's ties of the K-th key
+    // Smallest-index ties: every rank's taken keys above the cut and its
+    // ties of the K-th key (written by each rank). Any ties: [0] of each,
+    // this rank's first slots as claimed from rank 0's counters.
+    std::uint32_t part_gt[kMaxSplit];
+    std::uint32_t part_eq[kMaxSplit];
+    std::uint32_t claimed_gt, claimed_eq;  // rank 0, any ties: slots claimed by the ranks so far
     std::uint32_t local_gt, local_eq;  // this rank's counts, summed over its warps
     std::uint32_t taken_gt, taken_eq;  // slots claimed by this rank's warps
   };
