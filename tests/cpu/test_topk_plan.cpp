@@ -286,7 +286,7 @@ TEST(TopkPlan, SplitCtas) {
 TEST(TopkPlan, ClusterResidentSizeFromRowsAndParts) {
   const int clusters[kSplitSizes] = {66, 32, 16, 7};  // of 2, 4, 8 and 16 CTAs, one an SM
   constexpr std::int64_t kMax = ClusterRows::kMaxPartKeys;
-  static_assert(kMax == 40960 && ClusterRows::kMinPartKeys == 2048 && kResidentMaxLen == 16384, "the cases below");
+  static_assert(kMax == 40960 && ClusterRows::kMinPartKeys == 4096 && kResidentMaxLen == 16384, "the cases below");
   const auto size = [&](std::int64_t rows, std::int64_t cols) { return cluster_resident_size(rows, cols, clusters); };
   EXPECT_EQ(size(1, 131072), 16);   // parts of 8196 keys
   EXPECT_EQ(size(7, 131072), 16);
@@ -301,8 +301,8 @@ TEST(TopkPlan, ClusterResidentSizeFromRowsAndParts) {
   EXPECT_EQ(size(1, 16 * kMax - 2), 0);
   // Short rows: fewer CTAs, parts of at least kMinPartKeys; the resident
   // kernel's rows are not taken.
-  EXPECT_EQ(size(1, 20000), 8);   // parts of 2504 keys
-  EXPECT_EQ(size(1, 16385), 8);   // parts of 2052 keys
+  EXPECT_EQ(size(1, 20000), 4);
+  EXPECT_EQ(size(1, 16385), 4);
   EXPECT_EQ(size(1, kResidentMaxLen), 0);
   const int no_sixteens[kSplitSizes] = {66, 32, 16, 0};
   EXPECT_EQ(cluster_resident_size(1, 131072, no_sixteens), 8);

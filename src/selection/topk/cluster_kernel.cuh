@@ -10,13 +10,12 @@
 //   1. each rank loads its part of the row once (16-byte loads,
 //      ClusterRows::kLoadUnroll a thread in flight) as keys, counting their
 //      top kFirstDigitBits bits;
-//   2. per pass: each rank adds its non-zero bins into every rank's copy
-//      of the cluster histogram (remote atomics), a cluster barrier, and
-//      each rank picks the bin of the K-th largest key from its own copy
-//      (the same pick in every rank); the next pass counts the next digit
-//      of the keys in that bin. At most three passes (11 + 11 + 10 bits)
-//      fix the K-th key; most rows stop earlier, when the top K take the
-//      chosen bin whole;
+//   2. per pass: each rank adds its non-zero bins into rank 0's cluster
+//      histogram (remote atomics), a cluster barrier, rank 0 picks the bin
+//      of the K-th largest key and writes it into every rank, a second
+//      barrier; the next pass counts the next digit of the keys in that
+//      bin. At most three passes (11 + 11 + 10 bits) fix the K-th key; most
+//      rows stop earlier, when the top K take the chosen bin whole;
 //   3. each rank counts what it takes (keys at or above the bin's bottom,
 //      or above the K-th key and its ties), the ranks exchange the counts
 //      (one more barrier), and each writes its winners at its own offset:
@@ -68,41 +67,33 @@ class ClusterRow {
   // `values` (the row's K slots), positions + offset.
   __device__ void run(std::int32_t* indices, float* values, std::int32_t offset) {
     const auto cluster = cooperative_groups::this_cluster();
-    // Every rank's cluster histograms are zero before any rank adds into
-    // them, and no rank writes another's shared memory before that one has
-    // started (racecheck: "a block that might not have entered yet"): each
-    // thread arrives after its zeroing and waits after the load, which
-    // hides the barrier.
+    // Rank 0's cluster histogram is zero before any rank adds into it, and
+    // no rank writes another's shared memory before that one has started
+    // (racecheck: "a block that might not have entered yet"): each thread
+    // arrives after its zeroing and waits after the load, which hides the
+    // barrier.
 #pragma unroll
-    for (int b = 0; b < Cfg::kBins / kThreads; ++b) {
-      sh_.cluster_histogram[0][b * kThreads + threadIdx.x] = 0;
-      sh_.cluster_histogram[1][b * kThreads + threadIdx.x] = 0;
-    }
-    if (threadIdx.x == 0) {
-      sh_.claimed_gt = 0;
-      sh_.claimed_eq = 0;
-    }
+    for (int b = 0; b < Cfg::kBins / kThreads; ++b) sh_.cluster_histogram[b * kThreads + threadIdx.x] = 0;
     auto started = cluster.barrier_arrive();
     load();
     cluster.barrier_wait(std::move(started));
     TopkRowTrace trace{TopkPath::kClusterResident, 0, 0, 0, 0, 0};
     // The K-th largest key is the rank-th largest of the keys sharing the
     // digits fixed so far (prefix under fixed); `above` keys lie above them.
-    std::uint32_t prefix = 0, fixed = 0, rank = K, above = 0, last_in = 0;
+    std::uint32_t prefix = 0, fixed = 0, rank = K, above = 0;
     bool whole = false;
     int shift = 32;
     for (int pass = 0; pass < Cfg::kMaxPasses; ++pass) {
       const int bits = pass == 0 ? Cfg::kFirstDigitBits : min(Cfg::kDigitBits, shift);
       shift -= bits;
       if (pass > 0) count_digits(prefix, fixed, shift, bits);
-      const device::BinPick pick = cluster_pick(rank, sh_.cluster_histogram[pass & 1]);
+      const device::BinPick pick = cluster_pick(rank);
       ++trace.threshold_passes;
       const std::uint32_t digit = static_cast<std::uint32_t>(Cfg::kBins - 1) - pick.bin;
       prefix |= digit << shift;
       fixed |= ((1u << bits) - 1u) << shift;
       above += pick.above;
       rank -= pick.above;
-      last_in = pick.in;
       if (rank == pick.in) {  // the top K are every key at or above the bin's bottom
         whole = true;
         break;
@@ -117,7 +108,7 @@ class ClusterRow {
     trace.threshold_key = trace.kth_key = bottom;
     trace.count_gt = count_gt;
 
-    // Step 3: this rank's counts, and from them its first slots.
+    // Step 3: this rank's counts, exchanged.
     std::uint32_t mine_gt = 0, mine_eq = 0;
     for_each_group([&](std::int32_t, const uint4& k) {
       const std::uint32_t key[kVec] = {k.x, k.y, k.z, k.w};
@@ -141,42 +132,23 @@ class ClusterRow {
       atomicAdd(&sh_.local_eq, mine_eq);
     }
     __syncthreads();
-    const bool gather = p_.sorted || p_.smallest_index_ties;
-    std::uint32_t base_gt = 0, base_eq = 0;
-    // The barrier that keeps rank 0's counters alive until every rank has
-    // claimed from them (claims only): arrived after the claim, waited for
-    // before the exit.
-    cooperative_groups::cluster_group::arrival_token claimed;
-    if (p_.smallest_index_ties) {
-      // The ties rank by position, so the ranks' tie counts are exchanged
-      // and each rank's come after those of the ranks before it.
-      if (threadIdx.x < size_) {
-        Storage* other = cluster.map_shared_rank(&sh_, threadIdx.x);
-        other->part_gt[rank_] = sh_.local_gt;
-        other->part_eq[rank_] = sh_.local_eq;
-      }
-      cluster.sync();  // every rank's counts in every table
-      for (unsigned q = 0; q < rank_; ++q) {
+    if (threadIdx.x < size_) {
+      Storage* other = cluster.map_shared_rank(&sh_, threadIdx.x);
+      other->part_gt[rank_] = sh_.local_gt;
+      other->part_eq[rank_] = sh_.local_eq;
+    }
+    cluster.sync();  // every rank's counts in every table
+    std::uint32_t base_gt = 0, base_eq = 0, all_eq = 0;
+    for (unsigned q = 0; q < size_; ++q) {
+      if (q < rank_) {
         base_gt += sh_.part_gt[q];
         base_eq += sh_.part_eq[q];
       }
-    } else {
-      // Any ties: each rank claims its slots from rank 0's counters, in
-      // whatever order the ranks come, with no barrier between the count
-      // and the emission.
-      if (threadIdx.x == 0) {
-        Storage* const root = cluster.map_shared_rank(&sh_, 0);
-        sh_.part_gt[0] = atomicAdd(&root->claimed_gt, sh_.local_gt);
-        sh_.part_eq[0] = atomicAdd(&root->claimed_eq, sh_.local_eq);
-      }
-      __syncthreads();
-      base_gt = sh_.part_gt[0];
-      base_eq = sh_.part_eq[0];
-      if (!gather) claimed = cluster.barrier_arrive();
+      all_eq += sh_.part_eq[q];
     }
-    // The last pass's bin is the K-th key alone unless it was taken whole.
-    trace.count_eq = whole ? 0u : last_in;
+    trace.count_eq = whole ? 0u : all_eq;
 
+    const bool gather = p_.sorted || p_.smallest_index_ties;
     std::uint64_t* const root_out = gather ? cluster.map_shared_rank(sh_.work.out, 0) : nullptr;
     const auto store = [&](std::uint32_t slot, std::uint32_t key, std::int32_t pos) {
       if (gather) {
@@ -191,11 +163,8 @@ class ClusterRow {
     emit_where(whole ? bottom : bottom + 1, base_gt, store);  // bottom + 1: the K-th key is below +inf's key
     if (take_ties > base_eq) emit_ties(bottom, count_gt, base_eq, take_ties, store);
     if (p_.trace != nullptr && rank_ == 0 && threadIdx.x == 0) p_.trace[blockIdx.x / size_] = trace;
-    if (!gather) {
-      cluster.barrier_wait(std::move(claimed));  // no rank claims from rank 0 any more
-      return;
-    }
-    cluster.sync();  // rank 0 holds the row's K order keys (and no rank claims any more)
+    if (!gather) return;
+    cluster.sync();  // rank 0 holds the row's K order keys
     if (rank_ != 0) return;
     device::write_row<K, kThreads, typename Cfg::BlockSort>(
         sh_.work.out, sh_.work.sort, indices, values, offset, p_.sorted, p_.smallest_index_ties,
@@ -274,30 +243,32 @@ class ClusterRow {
 
   // The bin (0 = the top digit) of the cluster's histogram holding its
   // rank-th largest counted key, the same in every rank: each rank adds its
-  // non-zero bins into every rank's copy of the pass's cluster histogram
-  // (`histogram`, one of the two; a remote atomic a non-zero bin and rank,
-  // a warp's lanes on consecutive bins, each lane starting at its own rank
-  // so the ranks' adds spread over the cluster) and re-zeroes its local
-  // bins; after one barrier each rank picks from its own copy, which
-  // re-zeroes it. A rank adds into this copy again two passes later, after
-  // the next pass's barrier, which every rank reaches only after this pick.
-  // The local histogram is complete at entry (a barrier ago).
-  __device__ device::BinPick cluster_pick(std::uint32_t rank, std::uint32_t* histogram) {
+  // non-zero bins into rank 0's cluster histogram (one remote atomic a
+  // non-zero bin, a warp's lanes on consecutive bins) and re-zeroes them
+  // for the next pass; after a barrier rank 0 picks (which re-zeroes its
+  // cluster histogram) and writes the pick into every rank; after a second
+  // barrier each rank reads its copy. A rank adds into rank 0 only after
+  // the barrier that ended the pass before, by when rank 0's pick has
+  // re-zeroed the histogram and nobody reads the old pick. The local
+  // histogram is complete at entry (a barrier ago).
+  __device__ device::BinPick cluster_pick(std::uint32_t rank) {
     const auto cluster = cooperative_groups::this_cluster();
+    std::uint32_t* const root = cluster.map_shared_rank(sh_.cluster_histogram, 0);
 #pragma unroll
     for (int i = 0; i < Cfg::kBins / kThreads; ++i) {
       const int b = i * kThreads + static_cast<int>(threadIdx.x);
       const std::uint32_t count = sh_.local_histogram[b];
       sh_.local_histogram[b] = 0;  // only this thread reads bin b
-      if (count == 0) continue;
-      for (unsigned q = 0; q < size_; ++q) {
-        unsigned target = rank_ + q;
-        if (target >= size_) target -= size_;
-        atomicAdd(cluster.map_shared_rank(histogram, target) + b, count);
-      }
+      if (count != 0) atomicAdd(root + b, count);
     }
-    cluster.sync();  // every rank's copy holds the cluster's counts
-    return device::pick_striped_bin<Cfg::kWarps, Cfg::kBinRows>(histogram, sh_.warp_sums, sh_.pick, rank);
+    cluster.sync();  // rank 0 holds the cluster's counts
+    if (rank_ == 0) {
+      const device::BinPick pick =
+          device::pick_striped_bin<Cfg::kWarps, Cfg::kBinRows>(sh_.cluster_histogram, sh_.warp_sums, sh_.pick, rank);
+      if (threadIdx.x > 0 && threadIdx.x < size_) *cluster.map_shared_rank(&sh_.pick, threadIdx.x) = pick;
+    }
+    cluster.sync();  // every rank holds the pick
+    return sh_.pick;
   }
 
   // Stores every key >= least at slot first + its claim order (one shared

@@ -136,26 +136,17 @@ struct ClusterConfig {
   // The fixed part of a CTA's shared memory; its part's keys follow at
   // kKeysOffset.
   struct SharedStorage {
-    std::uint32_t local_histogram[kBins];  // this rank's counts of the pass's digit (bin 0 = the top digit)
-    // The cluster's counts, added by every rank into every rank's copy, so
-    // each rank picks from its own after one barrier. Passes alternate
-    // between the two: a rank adds into pass p + 2's copy only after the
-    // barrier of pass p + 1, by when every rank has read and re-zeroed its
-    // copy of pass p.
-    std::uint32_t cluster_histogram[2][kBins];
+    std::uint32_t local_histogram[kBins];    // this rank's counts of the pass's digit (bin 0 = the top digit)
+    std::uint32_t cluster_histogram[kBins];  // rank 0: the cluster's counts, added by every rank
     union {
       std::uint64_t out[K];  // rank 0, sorted or deterministic rows: every rank's winners as order keys
       typename BlockSort::TempStorage sort;  // rank 0's sorted write-out, after the last cluster barrier
     } work;
     typename Scan::TempStorage scan;  // smallest-index ties' rank by position
     std::uint32_t warp_sums[kWarps];  // device::pick_striped_bin's
-    device::BinPick pick;             // the pass's bin (pick_striped_bin's broadcast)
-    // Smallest-index ties: every rank's taken keys above the cut and its
-    // ties of the K-th key (written by each rank). Any ties: [0] of each,
-    // this rank's first slots as claimed from rank 0's counters.
-    std::uint32_t part_gt[kMaxSplit];
-    std::uint32_t part_eq[kMaxSplit];
-    std::uint32_t claimed_gt, claimed_eq;  // rank 0, any ties: slots claimed by the ranks so far
+    device::BinPick pick;             // the pass's bin: rank 0's pick, written into every rank
+    std::uint32_t part_gt[kMaxSplit];  // every rank's taken keys above the cut (written by each rank)
+    std::uint32_t part_eq[kMaxSplit];  // every rank's ties of the K-th key
     std::uint32_t local_gt, local_eq;  // this rank's counts, summed over its warps
     std::uint32_t taken_gt, taken_eq;  // slots claimed by this rank's warps
   };

@@ -119,14 +119,14 @@ inline constexpr std::int64_t kResidentMaxLen = ResidentRows16K::kMaxLen;
 // emission's order keys and the sort, ~215 KB at K = 2048), so rows of up
 // to 16 x 40960 - 3 keys (a row starts up to 3 keys past a 16-byte
 // boundary). kMinPartKeys: the launcher's smallest part
-// (plan.h); below it a pass's cluster barrier and the claims cost more
-// than the shorter part saves. kLoadUnroll: 16-byte loads a thread has in
-// flight (64 KB a CTA).
+// (plan.h); below it a pass's two cluster barriers and the count
+// exchange cost more than the shorter part saves. kLoadUnroll: 16-byte
+// loads a thread has in flight (64 KB a CTA).
 struct ClusterRows {
   static constexpr int kThreads = 1024;
   static constexpr int kMinCtasPerSm = 1;
   static constexpr std::int64_t kMaxPartKeys = 40960;
-  static constexpr std::int64_t kMinPartKeys = 2048;
+  static constexpr std::int64_t kMinPartKeys = 4096;
   static constexpr int kLoadUnroll = 4;
 };
 // Keys a CTA of the cluster-resident kernel holds for rows of up to
