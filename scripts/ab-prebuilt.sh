@@ -2,6 +2,11 @@
 # A/B of dsa-topk binaries built HERE, so the device call spends its time on
 # the GPU, not on compiling (ab-bench.sh and ab-suite.sh build every side on
 # the device machine). Each side is a process per shape and round, in turn.
+# Two prebuilt sides over one bench invocation need no new script
+# (ab-bench.sh with NO_BUILD=1, A_DIR and B_DIR holding build-ab/dsa-topk,
+# .deps carried);
+# this one takes any number of sides and a list of single shapes, and builds
+# the sides from revisions here.
 #
 # Usage:
 #   here:   bash scripts/ab-prebuilt.sh prepare NAME REV [--tests]
@@ -28,7 +33,7 @@ cd "$(dirname "$0")/.." || exit 2
 mode="${1:-}"
 shift || true
 usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 valid_name() { [[ "$1" =~ ^[A-Za-z0-9_-]+$ ]] || { echo "error: NAME '$1': letters, digits, - and _ only" >&2; exit 2; }; }
